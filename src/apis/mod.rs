@@ -1,0 +1,1 @@
+//! Clusternet API types.

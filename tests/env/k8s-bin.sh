@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Builds (once) and caches the real Kubernetes binaries the tests, the demo and CI run against:
+# kube-apiserver, kube-controller-manager, kube-scheduler, kubectl (k8s.io/kubernetes), etcd, kwok and helm,
+# all from the Go module proxy. Nothing here is ever committed; the cache lives outside the work tree,
+# keyed by version, and a warm run only checks the version stamps.
+#
+# Why a wrapper module: k8s.io/kubernetes and etcd's server module carry replace directives, which
+# `go install pkg@version` refuses; a throwaway main module pins the staging modules instead
+# (see shared/testenv.md §1-§3).
+set -euo pipefail
+
+KUBE_VERSION=${KUBE_VERSION:-1.36.3}
+ETCD_VERSION=${ETCD_VERSION:-3.6.13}
+KWOK_VERSION=${KWOK_VERSION:-0.8.0}
+HELM_VERSION=${HELM_VERSION:-3.21.4}
+CACHE=${CLUSTERNET_CACHE:-$HOME/.cache/clusternet}
+OUT=${CLUSTERNET_K8S_BIN:-$CACHE/k8s-v$KUBE_VERSION}
+BUILD=$CACHE/build
+
+export GOTOOLCHAIN=local GOFLAGS=-buildvcs=false CGO_ENABLED=0
+mkdir -p "$OUT" "$BUILD"
+
+log() { printf '[k8s-bin %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+have() { [ -x "$OUT/$1" ] && "$OUT/$1" "${@:2}" 2>/dev/null | grep -q "$VERSION_WANT"; }
+
+build_kube() {
+  local w=$BUILD/kube-v$KUBE_VERSION minor now ld modfile staging gd p
+  mkdir -p "$w"; cd "$w"
+  [ -f go.mod ] || go mod init localbuild/kube >/dev/null 2>&1
+  # k8s's own go.mod exactly as the proxy serves it: derive the staging replace set from it, never by hand
+  modfile=$(go mod download -json "k8s.io/kubernetes@v$KUBE_VERSION" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')
+  [ -n "$modfile" ] || { log "cannot fetch k8s.io/kubernetes@v$KUBE_VERSION go.mod"; return 1; }
+  staging="v0.${KUBE_VERSION#1.}"
+  for p in $(sed -n 's#^[[:space:]]*\(k8s\.io/[A-Za-z0-9._-]*\)[[:space:]]*=>[[:space:]]*\./staging/src/.*#\1#p' "$modfile"); do
+    go mod edit -replace="$p=$p@$staging"
+  done
+  gd=$(sed -n 's/^godebug default=\(go[0-9.]*\)$/\1/p' "$modfile")
+  if [ -n "$gd" ]; then go mod edit -godebug=default="$gd"; fi
+  go get -tool "k8s.io/kubernetes/cmd/kube-apiserver@v$KUBE_VERSION" \
+    "k8s.io/kubernetes/cmd/kube-controller-manager@v$KUBE_VERSION" \
+    "k8s.io/kubernetes/cmd/kube-scheduler@v$KUBE_VERSION" "k8s.io/kubernetes/cmd/kubectl@v$KUBE_VERSION"
+  minor=$(echo "$KUBE_VERSION" | cut -d. -f2); now=$(date -u +%Y-%m-%dT%H:%M:%SZ); ld="-s -w"
+  # without the stamp /version says v0.0.0-master, and kwokctl and helm's kubeVersion gates misbehave
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ld="$ld -X $p.gitVersion=v$KUBE_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean -X $p.buildDate=$now"
+  done
+  go build -trimpath -tags selinux,notest,grpcnotrace -ldflags "$ld" -o "$OUT/" \
+    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
+}
+
+build_etcd() {
+  local w=$BUILD/etcd-v$ETCD_VERSION
+  mkdir -p "$w"; cd "$w"
+  [ -f go.mod ] || go mod init localbuild/etcd >/dev/null 2>&1
+  go get -tool "go.etcd.io/etcd/server/v3@v$ETCD_VERSION"
+  go build -trimpath -ldflags "-s -w" -o "$OUT/etcd" go.etcd.io/etcd/server/v3
+}
+
+build_kwok() {
+  GOBIN=$OUT go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@v$KWOK_VERSION"
+  # the stages must match the binary: take them from the same module version
+  local stage; stage=$(go env GOMODCACHE)/sigs.k8s.io/kwok@v$KWOK_VERSION/kustomize/stage
+  { for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
+             pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
+      echo '---'; cat "$stage/$f"; done; } > "$OUT/kwok-stages.yaml"
+}
+
+build_helm() {
+  local minor; minor=$(echo "$KUBE_VERSION" | cut -d. -f2)
+  GOBIN=$OUT go install -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION \
+    -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$minor" \
+    "helm.sh/helm/v3/cmd/helm@v$HELM_VERSION"
+}
+
+step() { # name version-check-cmd... ; builds when the check fails
+  local name=$1 want=$2; shift 2
+  if [ -x "$OUT/$name" ] && "$OUT/$name" "$@" 2>/dev/null | grep -q -- "$want"; then
+    log "$name ok ($want)"; return 0; fi
+  log "building $name ($want)..."; local t0=$SECONDS
+  ( "build_$BUILDER" ) || { log "FAILED to build $name"; return 1; }
+  "$OUT/$name" "$@" 2>/dev/null | grep -q -- "$want" || { log "$name built but does not report $want"; return 1; }
+  log "$name built in $((SECONDS - t0))s"
+}
+
+BUILDER=etcd step etcd "etcd Version: $ETCD_VERSION" --version
+BUILDER=kube step kube-apiserver "Kubernetes v$KUBE_VERSION" --version
+for b in kube-controller-manager kube-scheduler; do BUILDER=kube step "$b" "Kubernetes v$KUBE_VERSION" --version; done
+BUILDER=kube step kubectl "v$KUBE_VERSION" version --client
+BUILDER=kwok step kwok "$KWOK_VERSION" --version
+[ -s "$OUT/kwok-stages.yaml" ] || (build_kwok)
+BUILDER=helm step helm "v$HELM_VERSION" version --short
+echo "$OUT"
