@@ -79,11 +79,15 @@ pki() { # dir
   openssl ecparam -name prime256v1 -genkey -noout -out "$d/sa.key" 2>/dev/null
   openssl ec -in "$d/sa.key" -pubout -out "$d/sa.pub" 2>/dev/null
 }
-kubeconfig() { # out server ca crt key name
-  kubectl config set-cluster "$6" --server="$2" --certificate-authority="$3" --embed-certs=true --kubeconfig="$1" >/dev/null
-  kubectl config set-credentials "$6-admin" --client-certificate="$4" --client-key="$5" --embed-certs=true --kubeconfig="$1" >/dev/null
-  kubectl config set-context "$6" --cluster="$6" --user="$6-admin" --kubeconfig="$1" >/dev/null
-  kubectl config use-context "$6" --kubeconfig="$1" >/dev/null
+kubeconfig() { # out server ca name (crt key | token TOKEN)
+  kubectl config set-cluster "$4" --server="$2" --certificate-authority="$3" --embed-certs=true --kubeconfig="$1" >/dev/null
+  if [ "$5" = token ]; then
+    kubectl config set-credentials "$4-admin" --token="$6" --kubeconfig="$1" >/dev/null
+  else
+    kubectl config set-credentials "$4-admin" --client-certificate="$5" --client-key="$6" --embed-certs=true --kubeconfig="$1" >/dev/null
+  fi
+  kubectl config set-context "$4" --cluster="$4" --user="$4-admin" --kubeconfig="$1" >/dev/null
+  kubectl config use-context "$4" --kubeconfig="$1" >/dev/null
 }
 
 log "generating PKI for ${CLUSTERS[*]}"
@@ -102,9 +106,13 @@ i=2
 for c in "${CLUSTERS[@]}"; do
   port=${PORTS[$i]}; i=$((i + 1)); P=$DIR/pki/$c
   echo "${c^^}_PORT=$port" >> "$DIR/env"
-  kubeconfig "$DIR/$c.kubeconfig" "https://127.0.0.1:$port" "$P/ca.crt" "$P/admin.crt" "$P/admin.key" "$c"
-  kubeconfig "$P/kcm.kubeconfig" "https://127.0.0.1:$port" "$P/ca.crt" "$P/kcm.crt" "$P/kcm.key" "$c"
-  kubeconfig "$P/scheduler.kubeconfig" "https://127.0.0.1:$port" "$P/ca.crt" "$P/scheduler.crt" "$P/scheduler.key" "$c"
+  # The admin kubeconfig authenticates with a bearer token rather than a client certificate, so that
+  # `kubectl --kubeconfig X --token T` really acts as T (a client certificate would win over it).
+  admin_token=$(head -c 256 /dev/urandom | tr -dc 'a-zA-Z0-9' | head -c 32)
+  echo "$admin_token,kubernetes-admin,uid-kubernetes-admin,\"system:masters\"" > "$P/tokens.csv"
+  kubeconfig "$DIR/$c.kubeconfig" "https://127.0.0.1:$port" "$P/ca.crt" "$c" token "$admin_token"
+  kubeconfig "$P/kcm.kubeconfig" "https://127.0.0.1:$port" "$P/ca.crt" "$c" "$P/kcm.crt" "$P/kcm.key"
+  kubeconfig "$P/scheduler.kubeconfig" "https://127.0.0.1:$port" "$P/ca.crt" "$c" "$P/scheduler.crt" "$P/scheduler.key"
   log "starting kube-apiserver for $c on 127.0.0.1:$port"
   # --endpoint-reconciler-type=none: a loopback advertise address is refused by the lease reconciler
   GOMEMLIMIT=${CLUSTERNET_ENV_APISERVER_MEMLIMIT:-600MiB} start "$c-kube-apiserver" kube-apiserver \
@@ -114,7 +122,7 @@ for c in "${CLUSTERS[@]}"; do
     --service-account-issuer="https://127.0.0.1:$port" \
     --service-account-key-file="$P/sa.pub" --service-account-signing-key-file="$P/sa.key" \
     --service-cluster-ip-range=10.0.0.0/24 --authorization-mode=Node,RBAC \
-    --enable-bootstrap-token-auth=true \
+    --enable-bootstrap-token-auth=true --token-auth-file="$P/tokens.csv" \
     --requestheader-client-ca-file="$P/front-proxy-ca.crt" --requestheader-allowed-names=front-proxy-client \
     --requestheader-username-headers=X-Remote-User --requestheader-group-headers=X-Remote-Group \
     --requestheader-uid-headers=X-Remote-Uid --requestheader-extra-headers-prefix=X-Remote-Extra- \

@@ -1,0 +1,44 @@
+# clusternet-rs tasks. `just --list` shows them all.
+
+set shell := ["bash", "-euo", "pipefail", "-c"]
+
+# Release build of the clusternet binary
+build:
+    cargo build --release
+
+# The whole test suite: unit tests plus integration tests against real control planes
+test *ARGS:
+    bash tests/env/test.sh {{ARGS}}
+
+# Formatting and lints (warnings are errors)
+lint:
+    cargo fmt --check
+    cargo clippy --all-targets -- -D warnings
+
+# Regenerate crds/ from the Rust API types
+crds:
+    cargo run --quiet -- crds --out crds/
+
+# Build (first time) or reuse the Kubernetes binaries: kube-apiserver, kcm, scheduler, kubectl, etcd, kwok, helm
+k8s-bin:
+    bash tests/env/k8s-bin.sh
+
+# Start a parent and N children on loopback in DIR (kubeconfigs, bootstrap token, logs there)
+env-up DIR N="2":
+    bash tests/env/env-up.sh {{DIR}} {{N}}
+
+# Stop everything env-up started in DIR
+env-down DIR:
+    bash tests/env/env-down.sh {{DIR}}
+
+# The main job: a parent and 2 children with clusternet running on them
+demo DIR="/tmp/clusternet-demo":
+    bash tests/env/demo.sh {{DIR}}
+
+# Stop the demo
+demo-down DIR="/tmp/clusternet-demo":
+    bash tests/env/demo-down.sh {{DIR}}
+
+# Benchmarks (release build); figures go to the README's Performance section
+bench:
+    cargo bench

@@ -1,0 +1,219 @@
+//! Command line: the `--role` list, upstream's flag names, and the subcommands.
+//!
+//! Flags keep Clusternet's own names (agent, hub, scheduler and controller-manager flags) so
+//! existing manifests and scripts keep working; every flag is optional here because its value is
+//! layered over the config file and the environment (see `config`).
+
+use clap::{Args, Parser, Subcommand};
+use serde::Serialize;
+
+use crate::config::Role;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "clusternet",
+    version = crate::VERSION,
+    about = "Clusternet multi-cluster manager: hub, scheduler, controller and agent in one binary",
+    long_about = "Clusternet multi-cluster manager: hub, scheduler, controller and agent in one binary.\n\n\
+        Run with --role=hub,scheduler,controller on the parent cluster and --role=agent in each child.\n\
+        Roles: hub, scheduler, controller (alias controller-manager), agent.",
+    args_conflicts_with_subcommands = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub run: RunFlags,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print every Clusternet CRD as YAML (or write one file per CRD with --out)
+    Crds {
+        /// Write one file per CRD into this directory instead of printing
+        #[arg(long, value_name = "DIR")]
+        out: Option<std::path::PathBuf>,
+    },
+    /// Print the version
+    Version {
+        /// Output format: short, yaml or json
+        #[arg(long, short = 'o', default_value = "short", value_parser = ["short", "yaml", "json"])]
+        output: String,
+    },
+    /// Print the effective configuration (defaults < --config file < CLUSTERNET_* env < flags) as YAML
+    Config {
+        #[command(flatten)]
+        run: RunFlags,
+    },
+    /// Run the given roles (the default when no subcommand is given)
+    Run {
+        #[command(flatten)]
+        run: RunFlags,
+    },
+}
+
+/// Flags of a running process. `None` means "not given", so lower config layers show through.
+#[derive(Debug, Clone, Default, Args, Serialize)]
+pub struct RunFlags {
+    /// Roles to run in this process: comma list of hub, scheduler, controller (alias controller-manager), agent
+    #[arg(long = "role", value_delimiter = ',', value_parser = parse_role, value_name = "ROLES")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub roles: Vec<Role>,
+
+    /// Config file (YAML); see config/ for examples
+    #[arg(long, value_name = "FILE")]
+    #[serde(skip)]
+    pub config: Option<std::path::PathBuf>,
+
+    /// Kubeconfig of the cluster this process runs against (the parent for hub/scheduler/controller, the child for agent)
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kubeconfig: Option<String>,
+    /// QPS to the Kubernetes API server
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kube_api_qps: Option<f32>,
+    /// Burst to the Kubernetes API server
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kube_api_burst: Option<u32>,
+    /// Feature gates, e.g. SocketConnection=true,Deployer=true
+    #[arg(long, value_name = "GATES")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub feature_gates: Option<String>,
+
+    /// Take part in leader election (one Lease per role)
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leader_elect: Option<bool>,
+    /// How long a non-renewed lease stays valid, e.g. 15s
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leader_elect_lease_duration: Option<String>,
+    /// How long the leader keeps trying to renew before it gives up, e.g. 10s
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leader_elect_renew_deadline: Option<String>,
+    /// Wait between election attempts, e.g. 2s
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leader_elect_retry_period: Option<String>,
+    /// Lease name; only with a single role (use lease_names in the config file for several)
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leader_elect_resource_name: Option<String>,
+    /// Namespace of the leader-election Leases
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leader_elect_resource_namespace: Option<String>,
+
+    /// Address of /healthz, /readyz and /metrics (host:port; port 0 picks a free one)
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health_bind_address: Option<String>,
+    /// Log format: text or json
+    #[arg(long, value_parser = ["text", "json"])]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_format: Option<String>,
+    /// Log filter in RUST_LOG syntax, e.g. info,clusternet=debug
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_filter: Option<String>,
+
+    /// Namespace holding Manifests (the shadow API's templates)
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reserved_namespace: Option<String>,
+    /// Namespace Clusternet itself runs in
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub system_namespace: Option<String>,
+
+    // --- hub ---
+    /// Hub: address the aggregated API server binds to
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bind_address: Option<String>,
+    /// Hub: port of the aggregated API server
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secure_port: Option<u16>,
+    /// Hub: serving certificate (PEM); a self-signed one is generated when absent
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_cert_file: Option<String>,
+    /// Hub: serving key (PEM)
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_private_key_file: Option<String>,
+
+    // --- scheduler ---
+    /// Scheduler: scheduler profile file (upstream's scheduler --config)
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scheduler_config: Option<String>,
+
+    // --- agent ---
+    /// Agent: URL of the parent cluster's API server
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster_reg_parent_url: Option<String>,
+    /// Agent: bootstrap token (or service-account token) to register with
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster_reg_token: Option<String>,
+    /// Agent: cluster name (default: <prefix>-<5 random chars>)
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster_reg_name: Option<String>,
+    /// Agent: prefix of generated cluster names
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster_reg_name_prefix: Option<String>,
+    /// Agent: requested dedicated namespace in the parent
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster_reg_namespace: Option<String>,
+    /// Agent: StandardCluster or EdgeCluster
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster_reg_type: Option<String>,
+    /// Agent: Push, Pull or Dual
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster_sync_mode: Option<String>,
+    /// Agent: labels for the ManagedCluster, k1=v1,k2=v2
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster_labels: Option<String>,
+    /// Agent: how often the cluster status is written to the parent, e.g. 3m
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster_status_update_frequency: Option<String>,
+    /// Agent: how often the cluster status is collected, e.g. 20s
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster_status_collect_frequency: Option<String>,
+    /// Agent: node label share above which a label is aggregated onto the cluster
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub labels_aggregate_threshold: Option<f64>,
+    /// Agent: port of the built-in capacity predictor
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predictor_port: Option<u16>,
+}
+
+fn parse_role(s: &str) -> Result<Role, String> {
+    s.parse()
+}
+
+impl Cli {
+    /// The run flags, wherever they were given (top level, `run` or `config`).
+    pub fn run_flags(&self) -> &RunFlags {
+        match &self.command {
+            Some(Command::Run { run }) | Some(Command::Config { run }) => run,
+            _ => &self.run,
+        }
+    }
+}

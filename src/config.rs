@@ -1,0 +1,568 @@
+//! Layered configuration: built-in defaults < config file (`--config`) < `CLUSTERNET_*` environment
+//! < command-line flags, merged with figment into one validated [`Config`].
+//!
+//! Keys are the flag names in snake_case (`--kube-api-qps` is `kube_api_qps`, env
+//! `CLUSTERNET_KUBE_API_QPS`), so one vocabulary serves all three layers. Durations are written
+//! the Go way (`15s`, `3m`, `1m30s`) because that is what Clusternet's flags take.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Yaml};
+use serde::{Deserialize, Serialize};
+
+use crate::apis::known;
+use crate::cli::RunFlags;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("invalid configuration: {0}")]
+    Figment(#[from] Box<figment::Error>),
+    #[error("config file {path}: {source}")]
+    File {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// A subsystem a process can run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Hub,
+    Scheduler,
+    #[serde(alias = "controller-manager")]
+    Controller,
+    Agent,
+}
+
+impl Role {
+    pub const ALL: [Role; 4] = [Role::Hub, Role::Scheduler, Role::Controller, Role::Agent];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Hub => "hub",
+            Role::Scheduler => "scheduler",
+            Role::Controller => "controller",
+            Role::Agent => "agent",
+        }
+    }
+
+    /// Upstream's leader-election Lease name for this role (the agent's Lease UID is the cluster ID).
+    pub fn default_lease_name(self) -> &'static str {
+        match self {
+            Role::Hub => "clusternet-hub",
+            Role::Scheduler => "clusternet-scheduler",
+            Role::Controller => "clusternet-controller-manager",
+            Role::Agent => "clusternet-agent",
+        }
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Role {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "hub" => Ok(Role::Hub),
+            "scheduler" => Ok(Role::Scheduler),
+            "controller" | "controller-manager" => Ok(Role::Controller),
+            "agent" => Ok(Role::Agent),
+            other => Err(format!(
+                "unknown role {other:?}: valid roles are hub, scheduler, controller (alias controller-manager), agent"
+            )),
+        }
+    }
+}
+
+/// The effective configuration of one process.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub roles: Vec<Role>,
+    pub kubeconfig: Option<String>,
+    pub kube_api_qps: f32,
+    pub kube_api_burst: u32,
+    /// Gate name -> enabled, after defaults and `--feature-gates` are merged.
+    pub feature_gates: BTreeMap<String, bool>,
+
+    pub leader_elect: bool,
+    #[serde(with = "go_duration")]
+    pub leader_elect_lease_duration: Duration,
+    #[serde(with = "go_duration")]
+    pub leader_elect_renew_deadline: Duration,
+    #[serde(with = "go_duration")]
+    pub leader_elect_retry_period: Duration,
+    pub leader_elect_resource_namespace: String,
+    /// Lease name per role; defaults are upstream's names.
+    pub lease_names: BTreeMap<Role, String>,
+
+    pub health_bind_address: String,
+    pub log_format: LogFormat,
+    pub log_filter: String,
+
+    pub reserved_namespace: String,
+    pub system_namespace: String,
+
+    pub bind_address: String,
+    pub secure_port: u16,
+    pub tls_cert_file: Option<String>,
+    pub tls_private_key_file: Option<String>,
+
+    pub scheduler_config: Option<String>,
+
+    pub cluster_reg_parent_url: Option<String>,
+    pub cluster_reg_token: Option<String>,
+    pub cluster_reg_name: Option<String>,
+    pub cluster_reg_name_prefix: String,
+    pub cluster_reg_namespace: Option<String>,
+    pub cluster_reg_type: String,
+    pub cluster_sync_mode: String,
+    pub cluster_labels: Option<String>,
+    #[serde(with = "go_duration")]
+    pub cluster_status_update_frequency: Duration,
+    #[serde(with = "go_duration")]
+    pub cluster_status_collect_frequency: Duration,
+    pub labels_aggregate_threshold: f64,
+    pub predictor_port: u16,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            roles: Vec::new(),
+            kubeconfig: None,
+            kube_api_qps: 50.0,
+            kube_api_burst: 100,
+            feature_gates: BTreeMap::new(),
+            leader_elect: true,
+            leader_elect_lease_duration: Duration::from_secs(15),
+            leader_elect_renew_deadline: Duration::from_secs(10),
+            leader_elect_retry_period: Duration::from_secs(2),
+            leader_elect_resource_namespace: known::SYSTEM_NAMESPACE.to_string(),
+            lease_names: Role::ALL
+                .iter()
+                .map(|r| (*r, r.default_lease_name().to_string()))
+                .collect(),
+            health_bind_address: "0.0.0.0:10660".to_string(),
+            log_format: LogFormat::Text,
+            log_filter: "info".to_string(),
+            reserved_namespace: known::RESERVED_NAMESPACE.to_string(),
+            system_namespace: known::SYSTEM_NAMESPACE.to_string(),
+            bind_address: "0.0.0.0".to_string(),
+            secure_port: 443,
+            tls_cert_file: None,
+            tls_private_key_file: None,
+            scheduler_config: None,
+            cluster_reg_parent_url: None,
+            cluster_reg_token: None,
+            cluster_reg_name: None,
+            cluster_reg_name_prefix: "clusternet-cluster".to_string(),
+            cluster_reg_namespace: None,
+            cluster_reg_type: "StandardCluster".to_string(),
+            cluster_sync_mode: "Pull".to_string(),
+            cluster_labels: None,
+            cluster_status_update_frequency: Duration::from_secs(180),
+            cluster_status_collect_frequency: Duration::from_secs(20),
+            labels_aggregate_threshold: 0.8,
+            predictor_port: 8080,
+        }
+    }
+}
+
+/// Feature gates a role turns on by default: the set upstream's shipped manifests enable for that
+/// component, because that is what a Clusternet user actually runs (upstream's compiled-in defaults
+/// are all off). `--feature-gates` overrides each gate individually.
+fn default_gates(roles: &[Role]) -> BTreeMap<String, bool> {
+    let mut gates: BTreeMap<String, bool> = known::FEATURE_GATES
+        .iter()
+        .map(|g| (g.to_string(), false))
+        .collect();
+    for role in roles {
+        let on: &[&str] = match role {
+            Role::Hub => &["SocketConnection", "ShadowAPI"],
+            Role::Controller => &[
+                "SocketConnection",
+                "Deployer",
+                "FeedInUseProtection",
+                "FeedInventory",
+            ],
+            Role::Scheduler => &["FailOver", "FeasibleClustersToleration"],
+            Role::Agent => &["SocketConnection", "AppPusher", "Recovery", "Predictor"],
+        };
+        for g in on {
+            gates.insert(g.to_string(), true);
+        }
+    }
+    gates
+}
+
+/// Parses `--feature-gates` (`A=true,B=false`), rejecting unknown gates with the list of valid ones.
+pub fn parse_feature_gates(spec: &str) -> Result<BTreeMap<String, bool>, ConfigError> {
+    let mut out = BTreeMap::new();
+    for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (name, value) = item.split_once('=').ok_or_else(|| {
+            ConfigError::Invalid(format!(
+                "feature gate {item:?} is not of the form Name=true|false"
+            ))
+        })?;
+        let name = name.trim();
+        if !known::FEATURE_GATES.contains(&name) {
+            return Err(ConfigError::Invalid(format!(
+                "unknown feature gate {name:?}; valid gates: {}",
+                known::FEATURE_GATES.join(", ")
+            )));
+        }
+        let value = match value.trim() {
+            "true" | "True" | "TRUE" | "1" => true,
+            "false" | "False" | "FALSE" | "0" => false,
+            v => {
+                return Err(ConfigError::Invalid(format!(
+                    "feature gate {name}: {v:?} is not true or false"
+                )));
+            }
+        };
+        out.insert(name.to_string(), value);
+    }
+    Ok(out)
+}
+
+impl Config {
+    /// Merges every layer and validates the result.
+    pub fn load(flags: &RunFlags) -> Result<Config, ConfigError> {
+        let mut fig = Figment::from(Serialized::defaults(Config::default()));
+        if let Some(path) = &flags.config {
+            if !path.exists() {
+                return Err(ConfigError::File {
+                    path: path.display().to_string(),
+                    source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
+                });
+            }
+            fig = fig.merge(Yaml::file_exact(path));
+        }
+        // `feature_gates` and `roles` come as comma strings from env and flags: handled below.
+        // Only keys the config knows: other CLUSTERNET_* variables (the test harness's, say) are not ours.
+        let known_keys: Vec<String> = match serde_json::to_value(Config::default()) {
+            Ok(serde_json::Value::Object(m)) => m
+                .keys()
+                .filter(|k| !matches!(k.as_str(), "feature_gates" | "roles" | "lease_names"))
+                .cloned()
+                .collect(),
+            _ => Vec::new(),
+        };
+        fig = fig.merge(
+            Env::prefixed("CLUSTERNET_")
+                .filter(move |k| known_keys.iter().any(|known| k == known.as_str()))
+                .map(|k| k.as_str().to_ascii_lowercase().into()),
+        );
+        let mut flat = flags.clone();
+        let gates_flag = flat.feature_gates.take();
+        let mut roles = std::mem::take(&mut flat.roles);
+        let lease_name_flag = flat.leader_elect_resource_name.take();
+        fig = fig.merge(Serialized::globals(&flat));
+        let mut cfg: Config = fig
+            .extract()
+            .map_err(|e| ConfigError::Figment(Box::new(e)))?;
+
+        if roles.is_empty()
+            && let Ok(env_roles) =
+                std::env::var("CLUSTERNET_ROLE").or_else(|_| std::env::var("CLUSTERNET_ROLES"))
+        {
+            roles = env_roles
+                .split(',')
+                .filter(|s| !s.trim().is_empty())
+                .map(str::parse)
+                .collect::<Result<_, _>>()
+                .map_err(ConfigError::Invalid)?;
+        }
+        if !roles.is_empty() {
+            cfg.roles = roles;
+        }
+        cfg.roles.sort();
+        cfg.roles.dedup();
+
+        let mut gates = default_gates(&cfg.roles);
+        // file layer: explicit map entries override the role defaults
+        for (k, v) in std::mem::take(&mut cfg.feature_gates) {
+            if !known::FEATURE_GATES.contains(&k.as_str()) {
+                return Err(ConfigError::Invalid(format!(
+                    "unknown feature gate {k:?}; valid gates: {}",
+                    known::FEATURE_GATES.join(", ")
+                )));
+            }
+            gates.insert(k, v);
+        }
+        if let Ok(env_gates) = std::env::var("CLUSTERNET_FEATURE_GATES") {
+            gates.extend(parse_feature_gates(&env_gates)?);
+        }
+        if let Some(g) = gates_flag {
+            gates.extend(parse_feature_gates(&g)?);
+        }
+        cfg.feature_gates = gates;
+
+        if let Some(name) = lease_name_flag {
+            match cfg.roles.as_slice() {
+                [single] => {
+                    cfg.lease_names.insert(*single, name);
+                }
+                _ => {
+                    return Err(ConfigError::Invalid(
+                        "--leader-elect-resource-name needs exactly one --role; set lease_names per role in the config file instead".into(),
+                    ));
+                }
+            }
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |m: String| Err(ConfigError::Invalid(m));
+        if self.kube_api_qps <= 0.0 {
+            return bad(format!(
+                "kube_api_qps must be > 0, got {}",
+                self.kube_api_qps
+            ));
+        }
+        if self.leader_elect_renew_deadline >= self.leader_elect_lease_duration {
+            return bad(
+                "leader_elect_renew_deadline must be shorter than leader_elect_lease_duration"
+                    .into(),
+            );
+        }
+        if self.leader_elect_retry_period.is_zero()
+            || self.leader_elect_retry_period >= self.leader_elect_renew_deadline
+        {
+            return bad("leader_elect_retry_period must be > 0 and shorter than leader_elect_renew_deadline".into());
+        }
+        if !["StandardCluster", "EdgeCluster"].contains(&self.cluster_reg_type.as_str()) {
+            return bad(format!(
+                "cluster_reg_type {:?} is invalid: valid values are StandardCluster, EdgeCluster",
+                self.cluster_reg_type
+            ));
+        }
+        if !["Push", "Pull", "Dual"].contains(&self.cluster_sync_mode.as_str()) {
+            return bad(format!(
+                "cluster_sync_mode {:?} is invalid: valid values are Push, Pull, Dual",
+                self.cluster_sync_mode
+            ));
+        }
+        if self.cluster_sync_mode == "Push" && !self.gate("AppPusher") {
+            return bad("cluster_sync_mode Push needs the AppPusher feature gate".into());
+        }
+        if !(0.0..=1.0).contains(&self.labels_aggregate_threshold) {
+            return bad(format!(
+                "labels_aggregate_threshold must be within [0, 1], got {}",
+                self.labels_aggregate_threshold
+            ));
+        }
+        if self
+            .health_bind_address
+            .parse::<std::net::SocketAddr>()
+            .is_err()
+        {
+            return bad(format!(
+                "health_bind_address {:?} is not host:port",
+                self.health_bind_address
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn gate(&self, name: &str) -> bool {
+        self.feature_gates.get(name).copied().unwrap_or(false)
+    }
+
+    pub fn has_role(&self, role: Role) -> bool {
+        self.roles.contains(&role)
+    }
+
+    pub fn lease_name(&self, role: Role) -> &str {
+        self.lease_names
+            .get(&role)
+            .map(String::as_str)
+            .unwrap_or(role.default_lease_name())
+    }
+
+    pub fn to_yaml(&self) -> Result<String, serde_yaml::Error> {
+        serde_yaml::to_string(self)
+    }
+}
+
+/// Go-style durations (`1h2m3s`, `500ms`, `15s`), the notation Clusternet's flags use.
+pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let mut total = 0f64;
+    let mut rest = s;
+    if rest.is_empty() {
+        return Err("empty duration".into());
+    }
+    while !rest.is_empty() {
+        let num_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(|| format!("duration {s:?} is missing a unit (ns, us, ms, s, m, h)"))?;
+        let (num, tail) = rest.split_at(num_end);
+        let value: f64 = num
+            .parse()
+            .map_err(|_| format!("duration {s:?}: {num:?} is not a number"))?;
+        let unit_end = tail
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(tail.len());
+        let (unit, next) = tail.split_at(unit_end);
+        let scale = match unit {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            u => {
+                return Err(format!(
+                    "duration {s:?}: unknown unit {u:?} (use ns, us, ms, s, m, h)"
+                ));
+            }
+        };
+        total += value * scale;
+        rest = next;
+    }
+    Ok(Duration::from_secs_f64(total))
+}
+
+pub fn format_go_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if !ms.is_multiple_of(1000) {
+        return format!("{ms}ms");
+    }
+    let secs = d.as_secs();
+    let (h, m, s) = (secs / 3600, (secs % 3600) / 60, secs % 60);
+    let mut out = String::new();
+    if h > 0 {
+        out.push_str(&format!("{h}h"));
+    }
+    if m > 0 {
+        out.push_str(&format!("{m}m"));
+    }
+    if s > 0 || out.is_empty() {
+        out.push_str(&format!("{s}s"));
+    }
+    out
+}
+
+mod go_duration {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&super::format_go_duration(*d))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Text(String),
+            Secs(f64),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Text(t) => super::parse_go_duration(&t).map_err(serde::de::Error::custom),
+            Raw::Secs(n) if n >= 0.0 => Ok(Duration::from_secs_f64(n)),
+            Raw::Secs(n) => Err(serde::de::Error::custom(format!("negative duration {n}"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_durations_parse_and_print() {
+        assert_eq!(parse_go_duration("15s"), Ok(Duration::from_secs(15)));
+        assert_eq!(parse_go_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_go_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_go_duration("3m"), Ok(Duration::from_secs(180)));
+        assert!(parse_go_duration("15").is_err());
+        assert!(parse_go_duration("5d").is_err());
+        assert_eq!(format_go_duration(Duration::from_secs(180)), "3m");
+        assert_eq!(format_go_duration(Duration::from_secs(3725)), "1h2m5s");
+        assert_eq!(format_go_duration(Duration::from_millis(1500)), "1500ms");
+    }
+
+    #[test]
+    fn roles_parse_with_alias_and_reject_unknown() {
+        assert_eq!("controller-manager".parse::<Role>(), Ok(Role::Controller));
+        let err = "bogus".parse::<Role>().unwrap_err();
+        assert!(err.contains("hub, scheduler, controller"), "{err}");
+    }
+
+    #[test]
+    fn feature_gates_reject_unknown_names() {
+        let gates = parse_feature_gates("Deployer=true,ShadowAPI=false").expect("valid gates");
+        assert_eq!(gates.get("Deployer"), Some(&true));
+        assert_eq!(gates.get("ShadowAPI"), Some(&false));
+        let err = parse_feature_gates("Nope=true").unwrap_err().to_string();
+        assert!(
+            err.contains("unknown feature gate") && err.contains("Deployer"),
+            "{err}"
+        );
+        assert!(parse_feature_gates("Deployer=maybe").is_err());
+    }
+
+    #[test]
+    fn flags_override_defaults_and_roles_pick_gates() {
+        let flags = RunFlags {
+            roles: vec![Role::Scheduler, Role::Hub],
+            kube_api_qps: Some(7.0),
+            feature_gates: Some("ShadowAPI=false".into()),
+            leader_elect_lease_duration: Some("20s".into()),
+            ..Default::default()
+        };
+        let cfg = Config::load(&flags).expect("config loads");
+        assert_eq!(cfg.roles, vec![Role::Hub, Role::Scheduler]);
+        assert_eq!(cfg.kube_api_qps, 7.0);
+        assert_eq!(cfg.leader_elect_lease_duration, Duration::from_secs(20));
+        assert!(
+            cfg.gate("SocketConnection"),
+            "hub turns SocketConnection on"
+        );
+        assert!(cfg.gate("FailOver"), "scheduler turns FailOver on");
+        assert!(!cfg.gate("ShadowAPI"), "the flag turns ShadowAPI off");
+        assert!(!cfg.gate("Deployer"), "no controller role");
+    }
+
+    #[test]
+    fn bad_values_are_rejected_with_the_valid_choices() {
+        let flags = RunFlags {
+            cluster_sync_mode: Some("Sideways".into()),
+            ..Default::default()
+        };
+        let err = Config::load(&flags).unwrap_err().to_string();
+        assert!(err.contains("Push, Pull, Dual"), "{err}");
+        let flags = RunFlags {
+            leader_elect_renew_deadline: Some("20s".into()),
+            ..Default::default()
+        };
+        assert!(Config::load(&flags).is_err());
+    }
+}

@@ -1,0 +1,136 @@
+//! HTTPS serving shared by the hub's aggregated API server and test backends: a tokio-rustls
+//! accept loop handing each connection to hyper with a warp filter as the service (warp 0.4 serves
+//! no TLS itself), plus self-signed serving certificates for development.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto::Builder;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::rustls::ServerConfig;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio_util::sync::CancellationToken;
+use tracing::debug;
+use warp::Filter;
+use warp::reply::Reply;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServingError {
+    #[error("generating a self-signed certificate: {0}")]
+    SelfSigned(#[from] rcgen::Error),
+    #[error("TLS configuration: {0}")]
+    Tls(#[from] tokio_rustls::rustls::Error),
+    #[error("reading {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}: no {what} found in PEM")]
+    Pem { path: String, what: &'static str },
+}
+
+/// A certificate chain and key, PEM-encoded.
+#[derive(Clone)]
+pub struct PemPair {
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+/// A self-signed serving certificate for the given DNS names and IP addresses.
+pub fn self_signed(names: &[&str]) -> Result<PemPair, ServingError> {
+    let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+    let certified = rcgen::generate_simple_self_signed(names)?;
+    Ok(PemPair {
+        cert_pem: certified.cert.pem(),
+        key_pem: certified.signing_key.serialize_pem(),
+    })
+}
+
+pub fn read_pem_files(cert: &str, key: &str) -> Result<PemPair, ServingError> {
+    let read = |p: &str| {
+        std::fs::read_to_string(p).map_err(|source| ServingError::Read {
+            path: p.to_string(),
+            source,
+        })
+    };
+    Ok(PemPair {
+        cert_pem: read(cert)?,
+        key_pem: read(key)?,
+    })
+}
+
+/// A rustls server config from PEM (no client-certificate verification: callers that need it build their own).
+pub fn server_config(pair: &PemPair) -> Result<ServerConfig, ServingError> {
+    let certs: Vec<CertificateDer<'static>> = rustls_pemfile::certs(&mut pair.cert_pem.as_bytes())
+        .filter_map(Result::ok)
+        .collect();
+    if certs.is_empty() {
+        return Err(ServingError::Pem {
+            path: "certificate".into(),
+            what: "certificate",
+        });
+    }
+    let key: PrivateKeyDer<'static> = rustls_pemfile::private_key(&mut pair.key_pem.as_bytes())
+        .ok()
+        .flatten()
+        .ok_or(ServingError::Pem {
+            path: "key".into(),
+            what: "private key",
+        })?;
+    let mut cfg = ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)?;
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(cfg)
+}
+
+/// Serves `filter` over TLS on `listener` until `shutdown`; returns the bound address.
+pub fn serve_tls<F>(
+    listener: TcpListener,
+    tls: ServerConfig,
+    filter: F,
+    shutdown: CancellationToken,
+) -> std::io::Result<SocketAddr>
+where
+    F: Filter + Clone + Send + Sync + 'static,
+    F::Extract: Reply,
+{
+    let local = listener.local_addr()?;
+    let acceptor = TlsAcceptor::from(Arc::new(tls));
+    tokio::spawn(async move {
+        loop {
+            let (tcp, peer) = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                accepted = listener.accept() => match accepted {
+                    Ok(a) => a,
+                    Err(e) => { debug!(error = %e, "accept failed"); continue; }
+                },
+            };
+            let acceptor = acceptor.clone();
+            let svc = warp::service(filter.clone());
+            tokio::spawn(async move {
+                let tls = match acceptor.accept(tcp).await {
+                    Ok(t) => t,
+                    Err(e) => {
+                        debug!(%peer, error = %e, "TLS handshake failed");
+                        return;
+                    }
+                };
+                let conn = Builder::new(TokioExecutor::new());
+                if let Err(e) = conn
+                    .serve_connection_with_upgrades(
+                        TokioIo::new(tls),
+                        TowerToHyperService::new(svc),
+                    )
+                    .await
+                {
+                    debug!(%peer, error = %e, "connection ended with an error");
+                }
+            });
+        }
+    });
+    Ok(local)
+}

@@ -1,0 +1,96 @@
+//! Logs (tracing-subscriber, text for humans or JSON for machines) and the Prometheus recorder,
+//! including the standard `process_*` metrics that client-go based components export.
+
+use std::sync::OnceLock;
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use tracing_subscriber::EnvFilter;
+
+use crate::config::LogFormat;
+
+/// Installs the global subscriber once; `RUST_LOG` wins over the configured filter when set.
+pub fn init_logging(format: LogFormat, filter: &str) {
+    let filter = std::env::var("RUST_LOG")
+        .ok()
+        .and_then(|f| EnvFilter::try_new(f).ok())
+        .or_else(|| EnvFilter::try_new(filter).ok())
+        .unwrap_or_else(|| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// The process-wide recorder (installed on first use), with explicit histogram buckets.
+pub fn metrics_handle() -> Result<PrometheusHandle, String> {
+    if let Some(h) = HANDLE.get() {
+        return Ok(h.clone());
+    }
+    let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Suffix("_seconds".to_string()),
+            &[
+                0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+            ],
+        )
+        .map_err(|e| e.to_string())?
+        .install_recorder()
+        .map_err(|e| e.to_string())?;
+    let _ = HANDLE.set(handle.clone());
+    Ok(HANDLE.get().cloned().unwrap_or(handle))
+}
+
+/// Refreshes process_* gauges from /proc (Linux); silently skipped where /proc is absent.
+pub fn record_process_metrics() {
+    static START: OnceLock<f64> = OnceLock::new();
+    let start = *START.get_or_init(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0)
+    });
+    metrics::gauge!("process_start_time_seconds").set(start);
+    if let Ok(status) = std::fs::read_to_string("/proc/self/status") {
+        for line in status.lines() {
+            let mut it = line.split_whitespace();
+            match (it.next(), it.next()) {
+                (Some("VmRSS:"), Some(kb)) => {
+                    if let Ok(kb) = kb.parse::<f64>() {
+                        metrics::gauge!("process_resident_memory_bytes").set(kb * 1024.0);
+                    }
+                }
+                (Some("VmSize:"), Some(kb)) => {
+                    if let Ok(kb) = kb.parse::<f64>() {
+                        metrics::gauge!("process_virtual_memory_bytes").set(kb * 1024.0);
+                    }
+                }
+                (Some("Threads:"), Some(n)) => {
+                    if let Ok(n) = n.parse::<f64>() {
+                        metrics::gauge!("process_threads").set(n);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    if let Ok(stat) = std::fs::read_to_string("/proc/self/stat") {
+        // fields after the parenthesised command name; utime and stime are 14th and 15th overall
+        if let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) {
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            if let (Some(u), Some(s)) = (f.get(11), f.get(12))
+                && let (Ok(u), Ok(s)) = (u.parse::<f64>(), s.parse::<f64>())
+            {
+                // USER_HZ is 100 on every Linux we target
+                metrics::gauge!("process_cpu_seconds_total").set((u + s) / 100.0);
+            }
+        }
+    }
+    if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
+        metrics::gauge!("process_open_fds").set(fds.count() as f64);
+    }
+}

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# test.sh [cargo test args...]: the whole test suite against real control planes.
+# Builds or reuses the Kubernetes binaries, starts one parent and CHILDREN children that every
+# integration-test binary shares (CLUSTERNET_TEST_ENV), runs `cargo test`, and always tears the
+# environment down again. Set CLUSTERNET_TEST_ENV yourself to reuse an environment you started.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+CHILDREN=${CLUSTERNET_TEST_CHILDREN:-3}
+bash "$here/k8s-bin.sh" >/dev/null
+if [ -z "${CLUSTERNET_TEST_ENV:-}" ]; then
+  dir=$(mktemp -d /tmp/clusternet-test-XXXXXX)
+  trap 'bash "$here/env-down.sh" "$dir" >/dev/null 2>&1 || true' EXIT
+  bash "$here/env-up.sh" "$dir" "$CHILDREN" --owner-pid $$
+  export CLUSTERNET_TEST_ENV=$dir
+fi
+cargo test --all-targets "$@"

@@ -1,0 +1,211 @@
+//! The harness every integration-test binary shares: real control planes (one parent, N children:
+//! kube-apiserver + etcd + kube-controller-manager + kube-scheduler + kwok), started once per test
+//! binary by `tests/env/env-up.sh` or reused from `CLUSTERNET_TEST_ENV`, unique namespaces per
+//! test, cleanup, and waits that fail with the object's state instead of sleeping.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, PostParams};
+
+/// How many children a self-started environment has (CLUSTERNET_TEST_CHILDREN overrides).
+const DEFAULT_CHILDREN: usize = 3;
+
+pub struct TestEnv {
+    pub dir: PathBuf,
+    pub children: usize,
+}
+
+static ENV: OnceLock<TestEnv> = OnceLock::new();
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn count_children(dir: &Path) -> usize {
+    (1..)
+        .take_while(|i| dir.join(format!("child{i}.kubeconfig")).exists())
+        .count()
+}
+
+impl TestEnv {
+    /// The shared environment, started on first use.
+    pub fn get() -> &'static TestEnv {
+        ENV.get_or_init(|| {
+            let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
+            let env = match std::env::var("CLUSTERNET_TEST_ENV") {
+                Ok(dir) if !dir.is_empty() => {
+                    let dir = PathBuf::from(dir);
+                    assert!(
+                        dir.join("ready").exists(),
+                        "CLUSTERNET_TEST_ENV={} has no running environment (start one with `just env-up {} 3`)",
+                        dir.display(),
+                        dir.display()
+                    );
+                    TestEnv {
+                        children: count_children(&dir),
+                        dir,
+                    }
+                }
+                _ => Self::start(),
+            };
+            install_failure_hint(&env.dir);
+            env
+        })
+    }
+
+    fn start() -> TestEnv {
+        let children = std::env::var("CLUSTERNET_TEST_CHILDREN")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(DEFAULT_CHILDREN);
+        let dir = std::env::temp_dir().join(format!("clusternet-test-{}", std::process::id()));
+        eprintln!(
+            "starting a test environment with {children} children in {}",
+            dir.display()
+        );
+        let status = Command::new("bash")
+            .arg(repo_root().join("tests/env/env-up.sh"))
+            .arg(&dir)
+            .arg(children.to_string())
+            .arg("--owner-pid")
+            .arg(std::process::id().to_string())
+            .status()
+            .expect("running tests/env/env-up.sh");
+        assert!(
+            status.success(),
+            "tests/env/env-up.sh failed ({status}); logs are in {}/logs",
+            dir.display()
+        );
+        TestEnv { dir, children }
+    }
+
+    pub fn parent_kubeconfig(&self) -> PathBuf {
+        self.dir.join("parent.kubeconfig")
+    }
+
+    pub fn child_kubeconfig(&self, i: usize) -> PathBuf {
+        assert!(
+            i >= 1 && i <= self.children,
+            "child{i} does not exist (have {})",
+            self.children
+        );
+        self.dir.join(format!("child{i}.kubeconfig"))
+    }
+
+    pub fn bootstrap_token(&self) -> String {
+        std::fs::read_to_string(self.dir.join("bootstrap-token"))
+            .expect("reading the bootstrap token")
+            .trim()
+            .to_string()
+    }
+
+    /// The cached binaries (kubectl, helm, ...) of the environment.
+    pub fn bin(&self, name: &str) -> PathBuf {
+        let out = Command::new("bash")
+            .arg(repo_root().join("tests/env/k8s-bin.sh"))
+            .output()
+            .expect("running tests/env/k8s-bin.sh");
+        let dir = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .to_string();
+        PathBuf::from(dir).join(name)
+    }
+
+    pub async fn parent(&self) -> kube::Client {
+        client_from(&self.parent_kubeconfig()).await
+    }
+
+    pub async fn child(&self, i: usize) -> kube::Client {
+        client_from(&self.child_kubeconfig(i)).await
+    }
+}
+
+pub async fn client_from(kubeconfig: &Path) -> kube::Client {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("reading kubeconfig");
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+        .await
+        .expect("kubeconfig is usable");
+    kube::Client::try_from(cfg).expect("building a client")
+}
+
+fn install_failure_hint(dir: &Path) {
+    let logs = dir.join("logs");
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        previous(info);
+        eprintln!("control-plane logs: {}", logs.display());
+    }));
+}
+
+/// A namespace that exists for one test and is deleted (without waiting) when dropped.
+pub struct TestNamespace {
+    pub name: String,
+    kubeconfig: PathBuf,
+}
+
+impl TestNamespace {
+    pub async fn create(client: &kube::Client, kubeconfig: &Path, prefix: &str) -> TestNamespace {
+        let name = format!(
+            "{prefix}-{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
+        let ns = Namespace {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.clone()),
+                labels: Some([("clusternet.io/test".to_string(), "true".to_string())].into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap_or_else(|e| panic!("creating namespace {name}: {e}"));
+        TestNamespace {
+            name,
+            kubeconfig: kubeconfig.to_path_buf(),
+        }
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        let _ = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args([
+                "delete",
+                "namespace",
+                &self.name,
+                "--wait=false",
+                "--ignore-not-found",
+            ])
+            .output();
+    }
+}
+
+/// Polls `check` until it returns Ok, or fails after `timeout` with what the last attempt said.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let start = Instant::now();
+    let mut last = String::from("never checked");
+    while start.elapsed() < timeout {
+        match check().await {
+            Ok(v) => return v,
+            Err(state) => last = state,
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    panic!("timed out after {timeout:?} waiting for {what}; last state: {last}");
+}
