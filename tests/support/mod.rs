@@ -209,3 +209,94 @@ where
     }
     panic!("timed out after {timeout:?} waiting for {what}; last state: {last}");
 }
+
+/// A `clusternet` process started by a test; killed (SIGKILL) when dropped.
+pub struct Clusternet {
+    pub child: std::process::Child,
+    pub log: PathBuf,
+    pub health_port: u16,
+}
+
+impl Clusternet {
+    /// Starts the binary under test with `args`, logging to a file next to the environment's logs.
+    pub fn start(name: &str, args: &[&str]) -> Clusternet {
+        let env = TestEnv::get();
+        let health_port = free_port();
+        let log = env.dir.join("logs").join(format!(
+            "{name}-{}.log",
+            &uuid::Uuid::new_v4().simple().to_string()[..6]
+        ));
+        let file = std::fs::File::create(&log).expect("creating a log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_clusternet"))
+            .args(args)
+            .arg(format!("--health-bind-address=127.0.0.1:{health_port}"))
+            .env("RUST_LOG", "info,clusternet=debug")
+            .stdout(file.try_clone().expect("log file handle"))
+            .stderr(file)
+            .spawn()
+            .expect("starting clusternet");
+        Clusternet {
+            child,
+            log,
+            health_port,
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// GET a path of the health/metrics port: (status, body).
+    pub async fn get(&self, path: &str) -> Result<(u16, String), String> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", self.health_port))
+            .await
+            .map_err(|e| format!("connect: {e}"))?;
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).await.map_err(|e| e.to_string())?;
+        let text = String::from_utf8_lossy(&buf).to_string();
+        let status = text
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .ok_or_else(|| format!("no HTTP status in {text:?}"))?;
+        let body = text
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
+        Ok((status, body))
+    }
+
+    /// The value of a metric line that starts with `prefix` (name plus labels), if present.
+    pub async fn metric(&self, prefix: &str) -> Option<f64> {
+        let (_, body) = self.get("/metrics").await.ok()?;
+        body.lines()
+            .find(|l| l.starts_with(prefix))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Clusternet {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
