@@ -103,7 +103,7 @@ async fn one_scheduler_leads_and_a_standby_takes_over_after_kill() {
         Duration::from_secs(5),
         || async {
             match standby.metric(IS_LEADER).await {
-                Some(v) if v == 1.0 => Ok(()),
+                Some(1.0) => Ok(()),
                 other => Err(format!("{other:?}")),
             }
         },
