@@ -58,3 +58,53 @@ pub async fn client_for(config: &Config) -> Result<kube::Client, ClientError> {
     };
     Ok(kube::Client::try_from(kcfg)?)
 }
+
+/// A client for an API server reached with a bearer token: the agent's bootstrap client (no CA
+/// known yet, so TLS is not verified, as upstream) and its dedicated client (CA from the approval).
+pub fn token_client(url: &str, token: &str, ca_pem: Option<&[u8]>) -> Result<kube::Client, TokenClientError> {
+    let uri: http::Uri = url.parse().map_err(|_| TokenClientError::Url(url.to_string()))?;
+    if uri.scheme().is_none() || uri.host().is_none() {
+        return Err(TokenClientError::Url(url.to_string()));
+    }
+    let mut cfg = kube::Config::new(uri);
+    cfg.auth_info.token = Some(secrecy::SecretString::from(token.to_string()));
+    cfg.connect_timeout = Some(std::time::Duration::from_secs(10));
+    cfg.read_timeout = Some(std::time::Duration::from_secs(60));
+    match ca_pem {
+        Some(pem) => {
+            let ders: Vec<Vec<u8>> = rustls_pemfile::certs(&mut &pem[..])
+                .filter_map(Result::ok)
+                .map(|c| c.to_vec())
+                .collect();
+            if ders.is_empty() {
+                return Err(TokenClientError::Ca);
+            }
+            cfg.root_cert = Some(ders);
+        }
+        None => cfg.accept_invalid_certs = true,
+    }
+    Ok(kube::Client::try_from(cfg)?)
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TokenClientError {
+    #[error("{0:?} is not an https://host[:port] URL")]
+    Url(String),
+    #[error("the CA certificate holds no PEM certificate")]
+    Ca,
+    #[error("building the client: {0}")]
+    Build(#[from] kube::Error),
+}
+
+/// True for API errors that mean "these credentials are not (or no longer) accepted".
+pub fn is_unauthorized(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 401)
+}
+
+/// The HTTP status of an API error, if it is one.
+pub fn api_code(e: &kube::Error) -> Option<u16> {
+    match e {
+        kube::Error::Api(s) => Some(s.code),
+        _ => None,
+    }
+}
