@@ -156,7 +156,7 @@ impl Default for Config {
             leader_elect_lease_duration: Duration::from_secs(15),
             leader_elect_renew_deadline: Duration::from_secs(10),
             leader_elect_retry_period: Duration::from_secs(2),
-            leader_elect_resource_namespace: known::SYSTEM_NAMESPACE.to_string(),
+            leader_elect_resource_namespace: known::CLUSTERNET_SYSTEM_NAMESPACE.to_string(),
             lease_names: Role::ALL
                 .iter()
                 .map(|r| (*r, r.default_lease_name().to_string()))
@@ -164,8 +164,8 @@ impl Default for Config {
             health_bind_address: "0.0.0.0:10660".to_string(),
             log_format: LogFormat::Text,
             log_filter: "info".to_string(),
-            reserved_namespace: known::RESERVED_NAMESPACE.to_string(),
-            system_namespace: known::SYSTEM_NAMESPACE.to_string(),
+            reserved_namespace: known::CLUSTERNET_RESERVED_NAMESPACE.to_string(),
+            system_namespace: known::CLUSTERNET_SYSTEM_NAMESPACE.to_string(),
             bind_address: "0.0.0.0".to_string(),
             secure_port: 443,
             tls_cert_file: None,

@@ -12,9 +12,12 @@
 //! `clusters`, `scheduler`, `pipeline`, `deployer`, `hub`, `tunnel`, `agent`.
 #![forbid(unsafe_code)]
 
+pub mod agent;
 pub mod apis;
 pub mod cli;
+pub mod clusters;
 pub mod config;
+pub mod kube_ext;
 pub mod roles;
 pub mod runtime;
 
@@ -91,7 +94,19 @@ fn print_version(output: &str) {
 }
 
 fn print_crds(out: Option<&std::path::Path>) -> ExitCode {
-    let _ = out;
-    eprintln!("clusternet: the CRD generator is not built into this binary yet");
-    ExitCode::FAILURE
+    let result = match out {
+        Some(dir) => {
+            apis::write_crds(dir).map_err(|e| format!("writing CRDs into {}: {e}", dir.display()))
+        }
+        None => apis::crds_yaml()
+            .map(|y| print!("{y}"))
+            .map_err(|e| e.to_string()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("clusternet: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -19,7 +19,16 @@ fn clusternet(args: &[&str]) -> (i32, String, String) {
 fn help_lists_roles_and_subcommands() {
     let (code, out, _) = clusternet(&["--help"]);
     assert_eq!(code, 0);
-    for word in ["--role", "hub", "scheduler", "controller", "agent", "crds", "version", "config"] {
+    for word in [
+        "--role",
+        "hub",
+        "scheduler",
+        "controller",
+        "agent",
+        "crds",
+        "version",
+        "config",
+    ] {
         assert!(out.contains(word), "--help does not mention {word}:\n{out}");
     }
 }
@@ -38,7 +47,10 @@ fn bad_values_fail_at_once_with_the_choices() {
     assert!(err.contains("Push, Pull, Dual"), "{err}");
     let (code, _, err) = clusternet(&["config", "--role=hub", "--feature-gates=NoSuchGate=true"]);
     assert_ne!(code, 0);
-    assert!(err.contains("unknown feature gate") && err.contains("ShadowAPI"), "{err}");
+    assert!(
+        err.contains("unknown feature gate") && err.contains("ShadowAPI"),
+        "{err}"
+    );
     let (code, _, err) = clusternet(&["config", "--leader-elect-lease-duration=soon"]);
     assert_ne!(code, 0);
     assert!(err.contains("soon"), "{err}");
@@ -48,27 +60,55 @@ fn bad_values_fail_at_once_with_the_choices() {
 fn layers_apply_in_order_file_env_flags() {
     let dir = tempfile::tempdir().expect("temp dir");
     let file = dir.path().join("c.yaml");
-    std::fs::write(&file, "roles: [scheduler]\nkube_api_qps: 11\nkube_api_burst: 22\nlog_format: json\n")
-        .expect("writing config");
+    std::fs::write(
+        &file,
+        "roles: [scheduler]\nkube_api_qps: 11\nkube_api_burst: 22\nlog_format: json\n",
+    )
+    .expect("writing config");
     let out = Command::new(env!("CARGO_BIN_EXE_clusternet"))
-        .args(["config", "--config", file.to_str().unwrap_or_default(), "--kube-api-burst=33"])
+        .args([
+            "config",
+            "--config",
+            file.to_str().unwrap_or_default(),
+            "--kube-api-burst=33",
+        ])
         .env("CLUSTERNET_KUBE_API_QPS", "12")
         .env("CLUSTERNET_KUBE_API_BURST", "44")
         .output()
         .expect("running clusternet config");
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let cfg: serde_yaml::Value = serde_yaml::from_str(&text).expect("config prints YAML");
-    assert_eq!(cfg["roles"][0].as_str(), Some("scheduler"), "file sets roles");
+    assert_eq!(
+        cfg["roles"][0].as_str(),
+        Some("scheduler"),
+        "file sets roles"
+    );
     assert_eq!(cfg["kube_api_qps"].as_f64(), Some(12.0), "env beats file");
     assert_eq!(cfg["kube_api_burst"].as_u64(), Some(33), "flag beats env");
-    assert_eq!(cfg["log_format"].as_str(), Some("json"), "file beats default");
-    assert_eq!(cfg["feature_gates"]["FailOver"].as_bool(), Some(true), "scheduler gates on");
+    assert_eq!(
+        cfg["log_format"].as_str(),
+        Some("json"),
+        "file beats default"
+    );
+    assert_eq!(
+        cfg["feature_gates"]["FailOver"].as_bool(),
+        Some(true),
+        "scheduler gates on"
+    );
 }
 
 #[test]
 fn example_configs_load() {
-    for f in ["config/parent.yaml", "config/child.yaml", "config/all-in-one.yaml"] {
+    for f in [
+        "config/parent.yaml",
+        "config/child.yaml",
+        "config/all-in-one.yaml",
+    ] {
         let path = format!("{}/{f}", env!("CARGO_MANIFEST_DIR"));
         let (code, out, err) = clusternet(&["config", "--config", &path]);
         assert_eq!(code, 0, "{f}: {err}");

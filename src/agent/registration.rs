@@ -17,7 +17,8 @@ use tracing::{info, warn};
 
 use crate::apis::known;
 use crate::apis::{
-    ApprovedResult, ClusterRegistrationRequest, ClusterRegistrationRequestSpec, ClusterSyncMode, ClusterType,
+    ApprovedResult, ClusterRegistrationRequest, ClusterRegistrationRequestSpec, ClusterSyncMode,
+    ClusterType,
 };
 use crate::kube_ext;
 use crate::runtime::{self, Runtime, api_code};
@@ -41,9 +42,13 @@ pub enum RegistrationError {
         "--cluster-reg-token is not a bootstrap token (<6 chars>.<16 chars>, lower case) or a service-account token (JWT)"
     )]
     BadTokenFormat,
-    #[error("--cluster-reg-name {0:?} is invalid: at most 60 lower-case alphanumerics or '-', starting and ending with an alphanumeric")]
+    #[error(
+        "--cluster-reg-name {0:?} is invalid: at most 60 lower-case alphanumerics or '-', starting and ending with an alphanumeric"
+    )]
     BadClusterName(String),
-    #[error("the parent at {url} rejected the bootstrap token (401 Unauthorized): it is wrong, expired or was deleted")]
+    #[error(
+        "the parent at {url} rejected the bootstrap token (401 Unauthorized): it is wrong, expired or was deleted"
+    )]
     TokenRejected { url: String },
     #[error(
         "the bootstrap token is valid but may not create ClusterRegistrationRequests (403): bind the ClusterRole clusternet:system:bootstrapping to its group"
@@ -92,7 +97,10 @@ pub fn valid_token_format(token: &str) -> bool {
             .chars()
             .enumerate()
             .all(|(i, c)| i == 6 || c.is_ascii_lowercase() || c.is_ascii_digit());
-    let jwt_part = |s: &str| s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    let jwt_part = |s: &str| {
+        s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    };
     let parts: Vec<&str> = token.split('.').collect();
     let jwt = parts.len() >= 3 && parts.iter().all(|p| jwt_part(p));
     bootstrap || jwt
@@ -102,19 +110,25 @@ pub fn valid_cluster_name(name: &str) -> bool {
     let b = name.as_bytes();
     !name.is_empty()
         && name.len() <= 60
-        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
         && b[0] != b'-'
         && b[b.len() - 1] != b'-'
 }
 
 /// The cluster ID: the UID of the agent's Lease, or its `legacy-cluster-id` annotation.
 pub async fn cluster_id(rt: &Runtime, lease_uid: &str) -> Result<String, kube::Error> {
-    let leases: Api<Lease> = Api::namespaced(rt.client.clone(), &rt.config.leader_elect_resource_namespace);
-    let lease = leases.get(rt.config.lease_name(crate::config::Role::Agent)).await?;
-    if let Some(legacy) = lease.annotations().get(known::LEGACY_CLUSTER_ID_ANNOTATION) {
-        if !legacy.is_empty() {
-            return Ok(legacy.clone());
-        }
+    let leases: Api<Lease> = Api::namespaced(
+        rt.client.clone(),
+        &rt.config.leader_elect_resource_namespace,
+    );
+    let lease = leases
+        .get(rt.config.lease_name(crate::config::Role::Agent))
+        .await?;
+    if let Some(legacy) = lease.annotations().get(known::LEGACY_CLUSTER_ID_ANNOTATION)
+        && !legacy.is_empty()
+    {
+        return Ok(legacy.clone());
     }
     Ok(lease.uid().unwrap_or_else(|| lease_uid.to_string()))
 }
@@ -122,22 +136,33 @@ pub async fn cluster_id(rt: &Runtime, lease_uid: &str) -> Result<String, kube::E
 /// Checks the agent's registration settings before anything is sent anywhere.
 pub fn check_settings(rt: &Runtime) -> Result<(), RegistrationError> {
     let c = &rt.config;
-    c.cluster_reg_parent_url.as_deref().filter(|u| !u.is_empty()).ok_or(RegistrationError::NoParentUrl)?;
+    c.cluster_reg_parent_url
+        .as_deref()
+        .filter(|u| !u.is_empty())
+        .ok_or(RegistrationError::NoParentUrl)?;
     let token = c.cluster_reg_token.as_deref().unwrap_or_default();
     if !valid_token_format(token) {
         return Err(RegistrationError::BadTokenFormat);
     }
-    if let Some(name) = c.cluster_reg_name.as_deref().map(str::trim).filter(|n| !n.is_empty()) {
-        if !valid_cluster_name(name) {
-            return Err(RegistrationError::BadClusterName(name.to_string()));
-        }
+    if let Some(name) = c
+        .cluster_reg_name
+        .as_deref()
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        && !valid_cluster_name(name)
+    {
+        return Err(RegistrationError::BadClusterName(name.to_string()));
     }
     Ok(())
 }
 
 /// Registers (or confirms an earlier registration), retrying until it succeeds or `stop` fires.
 /// Errors are logged with what to do about them; a denied or rejected cluster keeps retrying slowly.
-pub async fn register(rt: &Runtime, cluster_id: &str, stop: &CancellationToken) -> Option<Registration> {
+pub async fn register(
+    rt: &Runtime,
+    cluster_id: &str,
+    stop: &CancellationToken,
+) -> Option<Registration> {
     let mut attempt_no: u32 = 0;
     loop {
         attempt_no += 1;
@@ -145,7 +170,8 @@ pub async fn register(rt: &Runtime, cluster_id: &str, stop: &CancellationToken) 
         let wait = match result {
             Ok(reg) => {
                 info!(cluster_id, cluster = %reg.cluster_name, namespace = %reg.namespace, "registered with the parent");
-                metrics::counter!("clusternet_agent_registrations_total", "outcome" => "approved").increment(1);
+                metrics::counter!("clusternet_agent_registrations_total", "outcome" => "approved")
+                    .increment(1);
                 return Some(reg);
             }
             Err(RegistrationError::Pending(name)) => {
@@ -154,19 +180,23 @@ pub async fn register(rt: &Runtime, cluster_id: &str, stop: &CancellationToken) 
                 }
                 Duration::from_secs(1)
             }
-            Err(e @ (RegistrationError::TokenRejected { .. }
-            | RegistrationError::TokenForbidden
-            | RegistrationError::Denied { .. }
-            | RegistrationError::BadTokenFormat
-            | RegistrationError::NoParentUrl
-            | RegistrationError::BadClusterName(_))) => {
+            Err(
+                e @ (RegistrationError::TokenRejected { .. }
+                | RegistrationError::TokenForbidden
+                | RegistrationError::Denied { .. }
+                | RegistrationError::BadTokenFormat
+                | RegistrationError::NoParentUrl
+                | RegistrationError::BadClusterName(_)),
+            ) => {
                 // needs a human: say so clearly, retry slowly in case it gets fixed
-                metrics::counter!("clusternet_agent_registrations_total", "outcome" => "rejected").increment(1);
+                metrics::counter!("clusternet_agent_registrations_total", "outcome" => "rejected")
+                    .increment(1);
                 warn!(error = %e, "registration is not possible; retrying in 30s");
                 Duration::from_secs(30)
             }
             Err(e) => {
-                metrics::counter!("clusternet_agent_registrations_total", "outcome" => "error").increment(1);
+                metrics::counter!("clusternet_agent_registrations_total", "outcome" => "error")
+                    .increment(1);
                 warn!(error = %e, "registration attempt failed; retrying in 5s");
                 Duration::from_secs(5)
             }
@@ -196,24 +226,36 @@ async fn attempt(rt: &Runtime, cluster_id: &str) -> Result<Registration, Registr
     {
         let data = stored.data.clone().unwrap_or_default();
         let get = |k: &str| data.get(k).map(|b| b.0.clone()).unwrap_or_default();
-        let stored_url = String::from_utf8_lossy(&get(known::CLUSTER_API_SERVER_URL_KEY)).to_string();
+        let stored_url =
+            String::from_utf8_lossy(&get(known::CLUSTER_API_SERVER_URL_KEY)).to_string();
         if stored_url == url {
             let token = String::from_utf8_lossy(&get("token")).to_string();
             let ca = get("ca.crt");
             let client = runtime::token_client(&url, &token, Some(&ca))?;
-            match Api::<ClusterRegistrationRequest>::all(client.clone()).get(&name).await {
+            match Api::<ClusterRegistrationRequest>::all(client.clone())
+                .get(&name)
+                .await
+            {
                 Ok(crr) if approved(&crr) => {
                     return finish(rt, cluster_id, &url, crr, &secrets).await;
                 }
-                Ok(_) => info!("stored credentials work but the request is not approved; using the bootstrap token"),
+                Ok(_) => info!(
+                    "stored credentials work but the request is not approved; using the bootstrap token"
+                ),
                 Err(e) => match api_code(&e) {
                     Some(401 | 403) => {
-                        warn!("the parent no longer accepts the stored credentials; registering again with the bootstrap token")
+                        warn!(
+                            "the parent no longer accepts the stored credentials; registering again with the bootstrap token"
+                        )
                     }
-                    _ => return Err(RegistrationError::Parent {
-                        what: format!("reading ClusterRegistrationRequest {name} with stored credentials"),
-                        source: e,
-                    }),
+                    _ => {
+                        return Err(RegistrationError::Parent {
+                            what: format!(
+                                "reading ClusterRegistrationRequest {name} with stored credentials"
+                            ),
+                            source: e,
+                        });
+                    }
                 },
             }
         } else {
@@ -238,7 +280,10 @@ async fn attempt(rt: &Runtime, cluster_id: &str) -> Result<Registration, Registr
                     info!(request = %name, "filed a ClusterRegistrationRequest");
                     created
                 }
-                Err(e) if api_code(&e) == Some(409) => crrs.get(&name).await.map_err(|e| bootstrap_error(&url, e, "reading"))?,
+                Err(e) if api_code(&e) == Some(409) => crrs
+                    .get(&name)
+                    .await
+                    .map_err(|e| bootstrap_error(&url, e, "reading"))?,
                 Err(e) => return Err(bootstrap_error(&url, e, "creating")),
             }
         }
@@ -263,7 +308,9 @@ async fn attempt(rt: &Runtime, cluster_id: &str) -> Result<Registration, Registr
 
 fn bootstrap_error(url: &str, e: kube::Error, verb: &str) -> RegistrationError {
     match api_code(&e) {
-        Some(401) => RegistrationError::TokenRejected { url: url.to_string() },
+        Some(401) => RegistrationError::TokenRejected {
+            url: url.to_string(),
+        },
         Some(403) => RegistrationError::TokenForbidden,
         _ => RegistrationError::Parent {
             what: format!("{verb} the ClusterRegistrationRequest with the bootstrap token"),
@@ -273,7 +320,10 @@ fn bootstrap_error(url: &str, e: kube::Error, verb: &str) -> RegistrationError {
 }
 
 fn approved(crr: &ClusterRegistrationRequest) -> bool {
-    matches!(crr.status.as_ref().and_then(|s| s.result.as_ref()), Some(ApprovedResult::Approved))
+    matches!(
+        crr.status.as_ref().and_then(|s| s.result.as_ref()),
+        Some(ApprovedResult::Approved)
+    )
 }
 
 fn new_request(rt: &Runtime, cluster_id: &str, name: &str) -> ClusterRegistrationRequest {
@@ -284,13 +334,23 @@ fn new_request(rt: &Runtime, cluster_id: &str, name: &str) -> ClusterRegistratio
         .map(str::trim)
         .filter(|n| !n.is_empty())
         .map(str::to_string)
-        .unwrap_or_else(|| format!("{}-{}", c.cluster_reg_name_prefix, kube_ext::random_suffix(5)));
-    let (cluster_labels, skipped) = kube_ext::parse_labels(c.cluster_labels.as_deref().unwrap_or_default());
+        .unwrap_or_else(|| {
+            format!(
+                "{}-{}",
+                c.cluster_reg_name_prefix,
+                kube_ext::random_suffix(5)
+            )
+        });
+    let (cluster_labels, skipped) =
+        kube_ext::parse_labels(c.cluster_labels.as_deref().unwrap_or_default());
     for s in skipped {
         warn!(entry = %s, "--cluster-labels entry is not of the form key=value; skipped");
     }
     let labels = BTreeMap::from([
-        (known::CLUSTER_REGISTERED_BY_LABEL.to_string(), known::CLUSTERNET_AGENT_NAME.to_string()),
+        (
+            known::CLUSTER_REGISTERED_BY_LABEL.to_string(),
+            known::CLUSTERNET_AGENT_NAME.to_string(),
+        ),
         (known::CLUSTER_ID_LABEL.to_string(), cluster_id.to_string()),
         (known::CLUSTER_NAME_LABEL.to_string(), cluster_name.clone()),
     ]);
@@ -337,13 +397,18 @@ async fn finish(
     Api::<ClusterRegistrationRequest>::all(parent.clone())
         .get(&name)
         .await
-        .map_err(RegistrationError::parent(format!("reading {name} with the dedicated credentials")))?;
+        .map_err(RegistrationError::parent(format!(
+            "reading {name} with the dedicated credentials"
+        )))?;
     let secret = Secret {
         metadata: ObjectMeta {
             name: Some(known::PARENT_CLUSTER_SECRET_NAME.to_string()),
             namespace: Some(rt.config.system_namespace.clone()),
             labels: Some(BTreeMap::from([
-                (known::CLUSTER_BOOTSTRAPPING_LABEL.to_string(), known::CREDENTIALS_AUTO.to_string()),
+                (
+                    known::CLUSTER_BOOTSTRAPPING_LABEL.to_string(),
+                    known::CREDENTIALS_AUTO.to_string(),
+                ),
                 (known::CLUSTER_ID_LABEL.to_string(), cluster_id.to_string()),
                 (known::CLUSTER_NAME_LABEL.to_string(), cluster_name.clone()),
             ])),
@@ -352,18 +417,32 @@ async fn finish(
         data: Some(BTreeMap::from([
             ("ca.crt".to_string(), ca),
             ("token".to_string(), token),
-            ("namespace".to_string(), ByteString(status.dedicated_namespace.clone().into_bytes())),
-            (known::CLUSTER_API_SERVER_URL_KEY.to_string(), ByteString(url.as_bytes().to_vec())),
+            (
+                "namespace".to_string(),
+                ByteString(status.dedicated_namespace.clone().into_bytes()),
+            ),
+            (
+                known::CLUSTER_API_SERVER_URL_KEY.to_string(),
+                ByteString(url.as_bytes().to_vec()),
+            ),
         ])),
         ..Default::default()
     };
-    match secrets.get_opt(known::PARENT_CLUSTER_SECRET_NAME).await.map_err(RegistrationError::child("reading Secret parent-cluster"))? {
+    match secrets
+        .get_opt(known::PARENT_CLUSTER_SECRET_NAME)
+        .await
+        .map_err(RegistrationError::child("reading Secret parent-cluster"))?
+    {
         Some(existing) if existing.data == secret.data && existing.labels() == secret.labels() => {}
         Some(existing) => {
             let mut updated = secret.clone();
             updated.metadata.resource_version = existing.resource_version();
             secrets
-                .replace(known::PARENT_CLUSTER_SECRET_NAME, &PostParams::default(), &updated)
+                .replace(
+                    known::PARENT_CLUSTER_SECRET_NAME,
+                    &PostParams::default(),
+                    &updated,
+                )
                 .await
                 .map_err(RegistrationError::child("updating Secret parent-cluster"))?;
         }
@@ -389,7 +468,9 @@ mod tests {
     #[test]
     fn token_formats_follow_upstream() {
         assert!(valid_token_format("07401b.f395accd246ae52d"));
-        assert!(valid_token_format("eyJhbGciOiJSUzI1NiJ9.eyJpc3MiOiJrIn0.c2ln-_x"));
+        assert!(valid_token_format(
+            "eyJhbGciOiJSUzI1NiJ9.eyJpc3MiOiJrIn0.c2ln-_x"
+        ));
         assert!(!valid_token_format("07401B.F395ACCD246AE52D"));
         assert!(!valid_token_format("not-a-token"));
         assert!(!valid_token_format(""));

@@ -19,7 +19,8 @@ use tracing::{debug, info, warn};
 
 use super::registration::Registration;
 use crate::apis::clusters::{
-    CONDITION_READY, MESSAGE_MANAGED_CLUSTER_READY, REASON_MANAGED_CLUSTER_NOT_READY, REASON_MANAGED_CLUSTER_READY,
+    CONDITION_READY, MESSAGE_MANAGED_CLUSTER_READY, REASON_MANAGED_CLUSTER_NOT_READY,
+    REASON_MANAGED_CLUSTER_READY,
 };
 use crate::apis::known;
 use crate::apis::{ManagedCluster, ManagedClusterStatus, NodeStatistics};
@@ -34,7 +35,10 @@ pub enum HeartbeatEnd {
     #[error(
         "ManagedCluster of cluster {cluster_id} is gone from namespace {namespace} in the parent: the cluster was deregistered"
     )]
-    ClusterDeleted { cluster_id: String, namespace: String },
+    ClusterDeleted {
+        cluster_id: String,
+        namespace: String,
+    },
 }
 
 /// Runs until `stop` (Ok) or until the parent side is gone (Err: the caller registers again).
@@ -45,8 +49,12 @@ pub async fn run(
     stop: &CancellationToken,
 ) -> Result<(), HeartbeatEnd> {
     let cfg = &rt.config;
-    let collect_every = cfg.cluster_status_collect_frequency.max(Duration::from_millis(200));
-    let heartbeat_every = cfg.cluster_status_update_frequency.max(Duration::from_secs(1));
+    let collect_every = cfg
+        .cluster_status_collect_frequency
+        .max(Duration::from_millis(200));
+    let heartbeat_every = cfg
+        .cluster_status_update_frequency
+        .max(Duration::from_secs(1));
     let api: Api<ManagedCluster> = Api::namespaced(reg.parent.clone(), &reg.namespace);
     let mut last_written: Option<(ManagedClusterStatus, Instant)> = None;
     let mut missing_since: Option<Instant> = None;
@@ -61,7 +69,8 @@ pub async fn run(
                 Ok(()) => {
                     missing_since = None;
                     last_written = Some((snapshot, Instant::now()));
-                    metrics::counter!("clusternet_agent_heartbeats_total", "outcome" => "written").increment(1);
+                    metrics::counter!("clusternet_agent_heartbeats_total", "outcome" => "written")
+                        .increment(1);
                 }
                 Err(WriteError::Unauthorized) => return Err(HeartbeatEnd::CredentialsRejected),
                 Err(WriteError::Missing) => {
@@ -75,7 +84,8 @@ pub async fn run(
                     }
                 }
                 Err(WriteError::Other(e)) => {
-                    metrics::counter!("clusternet_agent_heartbeats_total", "outcome" => "error").increment(1);
+                    metrics::counter!("clusternet_agent_heartbeats_total", "outcome" => "error")
+                        .increment(1);
                     warn!(error = %e, "writing the cluster status failed; retrying next period");
                 }
             }
@@ -109,7 +119,8 @@ enum WriteError {
 impl From<kube::Error> for WriteError {
     fn from(e: kube::Error) -> Self {
         match api_code(&e) {
-            Some(401) => WriteError::Unauthorized,
+            // 403: the cluster's RBAC is gone (deregistered or revoked)
+            Some(401 | 403) => WriteError::Unauthorized,
             Some(404) => WriteError::Missing,
             _ => WriteError::Other(e),
         }
@@ -123,7 +134,8 @@ async fn write(
     nodes: &Store<Node>,
     snapshot: ManagedClusterStatus,
 ) -> Result<(), WriteError> {
-    let lp = ListParams::default().labels(&format!("{}={}", known::CLUSTER_ID_LABEL, reg.cluster_id));
+    let lp =
+        ListParams::default().labels(&format!("{}={}", known::CLUSTER_ID_LABEL, reg.cluster_id));
     let list = api.list(&lp).await?;
     if list.items.len() > 1 {
         warn!(cluster_id = %reg.cluster_id, "several ManagedClusters carry this cluster ID; using the first");
@@ -135,13 +147,20 @@ async fn write(
 
     // node-label aggregation (status.md §4): merge-patch only the label changes
     let wanted = aggregate_node_labels(
-        &nodes.state().iter().map(|n| n.labels().clone()).collect::<Vec<_>>(),
+        &nodes
+            .state()
+            .iter()
+            .map(|n| n.labels().clone())
+            .collect::<Vec<_>>(),
         &[known::NODE_LABELS_PREFIX],
         rt.config.labels_aggregate_threshold,
     );
     let current = mc.labels().clone();
     let mut patch_labels = serde_json::Map::new();
-    for k in current.keys().filter(|k| k.starts_with(known::NODE_LABELS_PREFIX)) {
+    for k in current
+        .keys()
+        .filter(|k| k.starts_with(known::NODE_LABELS_PREFIX))
+    {
         if !wanted.contains_key(k) {
             patch_labels.insert(k.clone(), serde_json::Value::Null);
         }
@@ -153,7 +172,11 @@ async fn write(
     }
     if !patch_labels.is_empty() {
         mc = api
-            .patch(&name, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": patch_labels}})))
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": patch_labels}})),
+            )
             .await?;
     }
 
@@ -163,7 +186,7 @@ async fn write(
         status.last_observed_time = Some(Time(Timestamp::now()));
         status.conditions = merge_conditions(&previous.conditions, &snapshot.conditions);
         mc.status = Some(status);
-        match api.replace_status(&name, &PostParams::default(), serde_json::to_vec(&mc).unwrap_or_default()).await {
+        match api.replace_status(&name, &PostParams::default(), &mc).await {
             Ok(_) => {
                 debug!(cluster = %name, "cluster status written");
                 return Ok(());
@@ -213,7 +236,8 @@ pub fn aggregate_node_labels(
     let workers: Vec<&BTreeMap<String, String>> = nodes
         .iter()
         .filter(|l| {
-            !l.contains_key("node-role.kubernetes.io/control-plane") && !l.contains_key("node-role.kubernetes.io/master")
+            !l.contains_key("node-role.kubernetes.io/control-plane")
+                && !l.contains_key("node-role.kubernetes.io/master")
         })
         .collect();
     if workers.is_empty() {
@@ -223,7 +247,11 @@ pub fn aggregate_node_labels(
     for labels in &workers {
         for (k, v) in labels.iter() {
             if prefixes.iter().any(|p| k.starts_with(p)) {
-                *counts.entry(k.as_str()).or_default().entry(v.as_str()).or_default() += 1;
+                *counts
+                    .entry(k.as_str())
+                    .or_default()
+                    .entry(v.as_str())
+                    .or_default() += 1;
             }
         }
     }
@@ -255,7 +283,11 @@ pub async fn collect(rt: &Runtime, nodes: &Store<Node>) -> ManagedClusterStatus 
             (String::new(), String::new())
         }
     };
-    let (healthz, livez, readyz) = tokio::join!(probe(client, "/healthz"), probe(client, "/livez"), probe(client, "/readyz"));
+    let (healthz, livez, readyz) = tokio::join!(
+        probe(client, "/healthz"),
+        probe(client, "/livez"),
+        probe(client, "/readyz")
+    );
 
     let mut stats = NodeStatistics::default();
     let (mut cpu_cap, mut mem_cap, mut gpu_cap) = (0_i128, 0_i128, 0_i128);
@@ -263,7 +295,11 @@ pub async fn collect(rt: &Runtime, nodes: &Store<Node>) -> ManagedClusterStatus 
     let mut has_gpu = false;
     for node in nodes.state() {
         let status = node.status.clone().unwrap_or_default();
-        match status.conditions.as_ref().and_then(|cs| cs.iter().find(|c| c.type_ == "Ready")) {
+        match status
+            .conditions
+            .as_ref()
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+        {
             None => stats.lost_nodes += 1,
             Some(c) if c.status == "True" => stats.ready_nodes += 1,
             Some(c) if c.status == "False" => stats.not_ready_nodes += 1,
@@ -271,9 +307,9 @@ pub async fn collect(rt: &Runtime, nodes: &Store<Node>) -> ManagedClusterStatus 
         }
         let cap = status.capacity.unwrap_or_default();
         let alloc = status.allocatable.unwrap_or_default();
-        let get = |m: &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>, k: &str| {
-            m.get(k).and_then(|q| quantity::milli(q).ok()).unwrap_or(0)
-        };
+        let get =
+            |m: &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+             k: &str| { m.get(k).and_then(|q| quantity::milli(q).ok()).unwrap_or(0) };
         cpu_cap += get(&cap, "cpu");
         mem_cap += get(&cap, "memory");
         cpu_alloc += get(&alloc, "cpu");
@@ -293,8 +329,14 @@ pub async fn collect(rt: &Runtime, nodes: &Store<Node>) -> ManagedClusterStatus 
         ("memory".to_string(), quantity::format_binary(mem_alloc)),
     ]);
     if has_gpu && gpu_cap != 0 {
-        capacity.insert(known::GPU_RESOURCE_NAME.to_string(), quantity::format_decimal(gpu_cap));
-        allocatable.insert(known::GPU_RESOURCE_NAME.to_string(), quantity::format_decimal(gpu_alloc));
+        capacity.insert(
+            known::GPU_RESOURCE_NAME.to_string(),
+            quantity::format_decimal(gpu_cap),
+        );
+        allocatable.insert(
+            known::GPU_RESOURCE_NAME.to_string(),
+            quantity::format_decimal(gpu_alloc),
+        );
     }
     let ready = (livez && readyz) || healthz;
     let now = Time(Timestamp::now());
@@ -339,7 +381,9 @@ pub async fn collect(rt: &Runtime, nodes: &Store<Node>) -> ManagedClusterStatus 
         pod_statistics: None,
         resource_usage: None,
         conditions: vec![condition],
-        heartbeat_frequency_seconds: Some(cfg.cluster_status_update_frequency.as_secs().max(1) as i64),
+        heartbeat_frequency_seconds: Some(
+            cfg.cluster_status_update_frequency.as_secs().max(1) as i64
+        ),
         predictor_enabled: cfg.gate(known::PREDICTOR),
         predictor_address: String::new(),
         predictor_direct_access: false,
@@ -358,9 +402,19 @@ async fn discover_cidrs(client: &Client) -> (String, String) {
                 };
                 for pod in list.items {
                     for c in pod.spec.map(|s| s.containers).unwrap_or_default() {
-                        let words = c.command.unwrap_or_default().into_iter().chain(c.args.unwrap_or_default());
-                        for w in words.flat_map(|w| w.split(' ').map(str::to_string).collect::<Vec<_>>()) {
-                            if let Some(v) = w.strip_prefix(flag).and_then(|r| r.split_once('=')).map(|(_, v)| v) {
+                        let words = c
+                            .command
+                            .unwrap_or_default()
+                            .into_iter()
+                            .chain(c.args.unwrap_or_default());
+                        for w in
+                            words.flat_map(|w| w.split(' ').map(str::to_string).collect::<Vec<_>>())
+                        {
+                            if let Some(v) = w
+                                .strip_prefix(flag)
+                                .and_then(|r| r.split_once('='))
+                                .map(|(_, v)| v)
+                            {
                                 return Some(v.to_string());
                             }
                         }
@@ -411,7 +465,10 @@ mod tests {
     use super::*;
 
     fn node(labels: &[(&str, &str)]) -> BTreeMap<String, String> {
-        labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -421,16 +478,39 @@ mod tests {
         assert!(aggregate_node_labels(&n, &["foo"], 1.0).is_empty());
         // all three {foo:bar} at 1.0 -> foo=bar
         let n = vec![node(&[("foo", "bar")]); 3];
-        assert_eq!(aggregate_node_labels(&n, &["foo"], 1.0), node(&[("foo", "bar")]));
+        assert_eq!(
+            aggregate_node_labels(&n, &["foo"], 1.0),
+            node(&[("foo", "bar")])
+        );
         // zones zone0, zone0, zone1 at 0.5 -> zone=zone0
-        let n = vec![node(&[("zone", "zone0")]), node(&[("zone", "zone0")]), node(&[("zone", "zone1")])];
-        assert_eq!(aggregate_node_labels(&n, &["zone"], 0.5), node(&[("zone", "zone0")]));
+        let n = vec![
+            node(&[("zone", "zone0")]),
+            node(&[("zone", "zone0")]),
+            node(&[("zone", "zone1")]),
+        ];
+        assert_eq!(
+            aggregate_node_labels(&n, &["zone"], 0.5),
+            node(&[("zone", "zone0")])
+        );
         // foo/abc and foo/def on one node each of three at 0.1 -> both
-        let n = vec![node(&[("foo/abc", "x")]), node(&[("foo/def", "y")]), node(&[])];
-        assert_eq!(aggregate_node_labels(&n, &["foo/"], 0.1), node(&[("foo/abc", "x"), ("foo/def", "y")]));
+        let n = vec![
+            node(&[("foo/abc", "x")]),
+            node(&[("foo/def", "y")]),
+            node(&[]),
+        ];
+        assert_eq!(
+            aggregate_node_labels(&n, &["foo/"], 0.1),
+            node(&[("foo/abc", "x"), ("foo/def", "y")])
+        );
         // control-plane nodes do not count
-        let n = vec![node(&[("foo", "bar")]), node(&[("node-role.kubernetes.io/control-plane", "")])];
-        assert_eq!(aggregate_node_labels(&n, &["foo"], 1.0), node(&[("foo", "bar")]));
+        let n = vec![
+            node(&[("foo", "bar")]),
+            node(&[("node-role.kubernetes.io/control-plane", "")]),
+        ];
+        assert_eq!(
+            aggregate_node_labels(&n, &["foo"], 1.0),
+            node(&[("foo", "bar")])
+        );
     }
 
     fn cond(type_: &str, status: &str, reason: &str, secs: i64) -> Condition {
@@ -439,17 +519,25 @@ mod tests {
             status: status.into(),
             reason: reason.into(),
             message: String::new(),
-            last_transition_time: Time(Timestamp::from_second(secs).unwrap_or(Timestamp::UNIX_EPOCH)),
+            last_transition_time: Time(
+                Timestamp::from_second(secs).unwrap_or(Timestamp::UNIX_EPOCH),
+            ),
             observed_generation: None,
         }
     }
 
     #[test]
     fn conditions_merge_as_upstream() {
-        let prev = vec![cond("Ready", "True", "A", 10), cond("ClusterInit", "True", "Done", 5)];
+        let prev = vec![
+            cond("Ready", "True", "A", 10),
+            cond("ClusterInit", "True", "Done", 5),
+        ];
         // same Ready: takes the new transition time (heartbeat); ClusterInit untouched
         let merged = merge_conditions(&prev, &[cond("Ready", "True", "A", 20)]);
-        assert_eq!(merged[0].last_transition_time, cond("x", "", "", 20).last_transition_time);
+        assert_eq!(
+            merged[0].last_transition_time,
+            cond("x", "", "", 20).last_transition_time
+        );
         assert_eq!(merged[1], prev[1]);
         // reason change only: transition time kept
         let merged = merge_conditions(&prev, &[cond("Ready", "True", "B", 30)]);
@@ -457,8 +545,14 @@ mod tests {
         assert_eq!(merged[0].last_transition_time, prev[0].last_transition_time);
         // status change: transition time moves
         let merged = merge_conditions(&prev, &[cond("Ready", "False", "B", 40)]);
-        assert_eq!(merged[0].last_transition_time, cond("x", "", "", 40).last_transition_time);
+        assert_eq!(
+            merged[0].last_transition_time,
+            cond("x", "", "", 40).last_transition_time
+        );
         // new type appended
-        assert_eq!(merge_conditions(&prev, &[cond("Other", "True", "C", 1)]).len(), 3);
+        assert_eq!(
+            merge_conditions(&prev, &[cond("Other", "True", "C", 1)]).len(),
+            3
+        );
     }
 }

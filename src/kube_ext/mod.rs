@@ -47,6 +47,9 @@ mod tests {
     fn suffixes_use_the_kubernetes_alphabet() {
         let s = random_suffix(5);
         assert_eq!(s.len(), 5);
-        assert!(s.chars().all(|c| "bcdfghjklmnpqrstvwxz2456789".contains(c)), "{s}");
+        assert!(
+            s.chars().all(|c| "bcdfghjklmnpqrstvwxz2456789".contains(c)),
+            "{s}"
+        );
     }
 }

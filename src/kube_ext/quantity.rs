@@ -31,7 +31,11 @@ pub fn parse_milli(q: &str) -> Result<i128, QuantityError> {
     if !digits.chars().all(|c| c.is_ascii_digit()) {
         return Err(err());
     }
-    let mantissa: i128 = if digits.is_empty() { 0 } else { digits.parse().map_err(|_| err())? };
+    let mantissa: i128 = if digits.is_empty() {
+        0
+    } else {
+        digits.parse().map_err(|_| err())?
+    };
     let frac_len = frac_part.len() as i32;
     let (mult, exp10): (i128, i32) = match suffix {
         "" => (1, 0),
@@ -58,7 +62,9 @@ pub fn parse_milli(q: &str) -> Result<i128, QuantityError> {
     let shift = exp10 - frac_len + 3;
     let mut v = mantissa.checked_mul(mult).ok_or_else(err)?;
     if shift >= 0 {
-        v = v.checked_mul(10_i128.checked_pow(shift as u32).ok_or_else(err)?).ok_or_else(err)?;
+        v = v
+            .checked_mul(10_i128.checked_pow(shift as u32).ok_or_else(err)?)
+            .ok_or_else(err)?;
     } else {
         let d = 10_i128.checked_pow((-shift) as u32).ok_or_else(err)?;
         // round up, as Kubernetes does when a quantity is scaled below its precision
@@ -86,7 +92,14 @@ pub fn format_binary(milli: i128) -> Quantity {
         return Quantity(format!("{milli}m"));
     }
     let bytes = milli / 1000;
-    for (suffix, size) in [("Ei", 1_i128 << 60), ("Pi", 1 << 50), ("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)] {
+    for (suffix, size) in [
+        ("Ei", 1_i128 << 60),
+        ("Pi", 1 << 50),
+        ("Ti", 1 << 40),
+        ("Gi", 1 << 30),
+        ("Mi", 1 << 20),
+        ("Ki", 1 << 10),
+    ] {
         if bytes != 0 && bytes % size == 0 {
             return Quantity(format!("{}{suffix}", bytes / size));
         }

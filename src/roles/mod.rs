@@ -23,6 +23,8 @@ pub enum RunError {
     Client(#[from] runtime::ClientError),
     #[error("metrics recorder: {0}")]
     Metrics(String),
+    #[error("role {role} could not start: {message}")]
+    RoleStart { role: Role, message: String },
     #[error("health/metrics listener on {addr}: {source}")]
     Health {
         addr: String,
@@ -41,11 +43,12 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let shutdown = CancellationToken::new();
     spawn_signal_handler(shutdown.clone());
 
-    let client = runtime::client_for(&config).await?;
+    let (client, cluster_url) = runtime::client_for(&config).await?;
     let readiness = health::Readiness::default();
     let rt = Runtime {
         config: Arc::new(config),
         client: client.clone(),
+        cluster_url,
         cache: cache::SharedCache::new(client, readiness.clone(), shutdown.clone()),
         bus: bus::Bus::default(),
         readiness: readiness.clone(),
@@ -72,7 +75,22 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         let rt = rt.clone();
         roles.spawn(async move { supervise(rt, role).await });
     }
-    shutdown.cancelled().await;
+    // a role that cannot start ends the process with its reason (and stops the other roles cleanly)
+    let mut failure = None;
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            done = roles.join_next() => match done {
+                Some(Ok(Err(e))) => {
+                    failure = Some(e);
+                    shutdown.cancel();
+                    break;
+                }
+                Some(_) => {}
+                None => break,
+            },
+        }
+    }
     info!("shutting down");
     let drained = tokio::time::timeout(SHUTDOWN_GRACE + Duration::from_secs(5), async {
         while roles.join_next().await.is_some() {}
@@ -81,7 +99,10 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     if drained.is_err() {
         warn!("some roles did not stop in time");
     }
-    Ok(())
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 fn spawn_signal_handler(shutdown: CancellationToken) {
@@ -109,19 +130,22 @@ fn spawn_signal_handler(shutdown: CancellationToken) {
 }
 
 /// Runs one role: its always-on part on every replica, its leader part only while it holds the role's Lease.
-async fn supervise(rt: Runtime, role: Role) {
+async fn supervise(rt: Runtime, role: Role) -> Result<(), RunError> {
     let running = metrics::gauge!("clusternet_role_running", "role" => role.as_str());
     let started = rt.readiness.register(format!("role:{role}"));
     if let Err(e) = subsystems::start_always_on(&rt, role).await {
         error!(%role, error = %e, "role failed to start");
-        return;
+        return Err(RunError::RoleStart {
+            role,
+            message: e.to_string(),
+        });
     }
     running.set(1.0);
     started.set(true);
     if !subsystems::has_leader_work(role) {
         rt.shutdown.cancelled().await;
         running.set(0.0);
-        return;
+        return Ok(());
     }
     if !rt.config.leader_elect {
         let leadership = Leadership {
@@ -129,8 +153,10 @@ async fn supervise(rt: Runtime, role: Role) {
         };
         subsystems::lead(&rt, role, leadership, rt.shutdown.clone()).await;
         running.set(0.0);
-        return;
+        return Ok(());
     }
+    // the Lease namespace must exist before anyone can lead
+    runtime::ensure_namespace(&rt.client, &rt.config.leader_elect_resource_namespace).await;
     let timing = LeaseTiming {
         lease_duration: rt.config.leader_elect_lease_duration,
         renew_deadline: rt.config.leader_elect_renew_deadline,
@@ -176,4 +202,5 @@ async fn supervise(rt: Runtime, role: Role) {
         }
     }
     running.set(0.0);
+    Ok(())
 }

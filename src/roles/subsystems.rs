@@ -23,20 +23,40 @@ pub fn has_leader_work(role: Role) -> bool {
 pub async fn start_always_on(rt: &Runtime, role: Role) -> Result<(), StartError> {
     match role {
         Role::Agent => {
-            if rt.config.cluster_reg_parent_url.is_none() || rt.config.cluster_reg_token.is_none() {
-                return Err(StartError::Config(
-                    "the agent role needs --cluster-reg-parent-url and --cluster-reg-token".into(),
-                ));
-            }
+            crate::agent::registration::check_settings(rt)
+                .map_err(|e| StartError::Config(e.to_string()))?;
+            // the Lease (cluster ID) and the stored credentials live in the system namespace
+            crate::runtime::ensure_namespace(&rt.client, &rt.config.system_namespace).await;
         }
-        Role::Hub | Role::Scheduler | Role::Controller => {}
+        Role::Controller => {
+            // warm caches on every replica so a new leader starts at once
+            rt.cache.watch::<crate::apis::ClusterRegistrationRequest>();
+            rt.cache.watch::<crate::apis::ManagedCluster>();
+        }
+        Role::Scheduler => {
+            rt.cache.watch::<crate::apis::Subscription>();
+            rt.cache.watch::<crate::apis::ManagedCluster>();
+            rt.cache.watch::<crate::apis::FeedInventory>();
+        }
+        Role::Hub => {}
     }
     Ok(())
 }
 
 /// Leader-only work of a role; returns when `token` is cancelled.
-pub async fn lead(_rt: &Runtime, role: Role, leadership: Leadership, token: CancellationToken) {
+pub async fn lead(rt: &Runtime, role: Role, leadership: Leadership, token: CancellationToken) {
     info!(%role, lease_uid = %leadership.lease_uid, "leading");
-    warn!(%role, "this build has no {role} controllers yet: holding the lease only");
-    token.cancelled().await;
+    match role {
+        Role::Agent => crate::agent::lead(rt, &leadership.lease_uid, token).await,
+        Role::Controller => {
+            warn!(
+                "the distribution pipeline (Deployer) is not built yet: running registration and cluster lifecycle only"
+            );
+            crate::clusters::run(rt, token).await
+        }
+        Role::Scheduler | Role::Hub => {
+            warn!(%role, "this build has no {role} controllers yet: holding the lease only");
+            token.cancelled().await;
+        }
+    }
 }

@@ -17,6 +17,8 @@ use crate::config::Config;
 pub struct Runtime {
     pub config: std::sync::Arc<Config>,
     pub client: kube::Client,
+    /// The API server URL `client` talks to (reported as a child's `apiserverURL`).
+    pub cluster_url: String,
     pub cache: cache::SharedCache,
     pub bus: bus::Bus,
     pub readiness: health::Readiness,
@@ -37,8 +39,9 @@ pub enum ClientError {
     Build(#[from] kube::Error),
 }
 
-/// A client for the cluster the config points at (`--kubeconfig`, else KUBECONFIG/in-cluster).
-pub async fn client_for(config: &Config) -> Result<kube::Client, ClientError> {
+/// A client for the cluster the config points at (`--kubeconfig`, else KUBECONFIG/in-cluster),
+/// with the URL it talks to.
+pub async fn client_for(config: &Config) -> Result<(kube::Client, String), ClientError> {
     let kcfg = match &config.kubeconfig {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path).map_err(|source| {
@@ -56,13 +59,24 @@ pub async fn client_for(config: &Config) -> Result<kube::Client, ClientError> {
         }
         None => kube::Config::infer().await?,
     };
-    Ok(kube::Client::try_from(kcfg)?)
+    let url = kcfg
+        .cluster_url
+        .to_string()
+        .trim_end_matches('/')
+        .to_string();
+    Ok((kube::Client::try_from(kcfg)?, url))
 }
 
 /// A client for an API server reached with a bearer token: the agent's bootstrap client (no CA
 /// known yet, so TLS is not verified, as upstream) and its dedicated client (CA from the approval).
-pub fn token_client(url: &str, token: &str, ca_pem: Option<&[u8]>) -> Result<kube::Client, TokenClientError> {
-    let uri: http::Uri = url.parse().map_err(|_| TokenClientError::Url(url.to_string()))?;
+pub fn token_client(
+    url: &str,
+    token: &str,
+    ca_pem: Option<&[u8]>,
+) -> Result<kube::Client, TokenClientError> {
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|_| TokenClientError::Url(url.to_string()))?;
     if uri.scheme().is_none() || uri.host().is_none() {
         return Err(TokenClientError::Url(url.to_string()));
     }
@@ -106,5 +120,24 @@ pub fn api_code(e: &kube::Error) -> Option<u16> {
     match e {
         kube::Error::Api(s) => Some(s.code),
         _ => None,
+    }
+}
+
+/// Creates a namespace the process needs (its Lease or Secret namespace) when the operator has
+/// not; no rights to create namespaces is fine, the later access will say what is missing.
+pub async fn ensure_namespace(client: &kube::Client, name: &str) {
+    use k8s_openapi::api::core::v1::Namespace;
+    let api: kube::Api<Namespace> = kube::Api::all(client.clone());
+    let ns = Namespace {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_string()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    match api.create(&kube::api::PostParams::default(), &ns).await {
+        Ok(_) => tracing::info!(namespace = name, "created namespace"),
+        Err(e) if matches!(api_code(&e), Some(409 | 403)) => {}
+        Err(e) => tracing::warn!(namespace = name, error = %e, "could not ensure namespace"),
     }
 }

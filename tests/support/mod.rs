@@ -220,6 +220,10 @@ pub struct Clusternet {
 impl Clusternet {
     /// Starts the binary under test with `args`, logging to a file next to the environment's logs.
     pub fn start(name: &str, args: &[&str]) -> Clusternet {
+        Self::start_with_env(name, args, &[])
+    }
+
+    pub fn start_with_env(name: &str, args: &[&str], envs: &[(&str, &str)]) -> Clusternet {
         let env = TestEnv::get();
         let health_port = free_port();
         let log = env.dir.join("logs").join(format!(
@@ -231,6 +235,7 @@ impl Clusternet {
             .args(args)
             .arg(format!("--health-bind-address=127.0.0.1:{health_port}"))
             .env("RUST_LOG", "info,clusternet=debug")
+            .envs(envs.iter().copied())
             .stdout(file.try_clone().expect("log file handle"))
             .stderr(file)
             .spawn()
@@ -299,4 +304,95 @@ pub fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("a free loopback port")
+}
+
+impl TestEnv {
+    /// The parent's API server URL as an agent dials it.
+    pub fn parent_url(&self) -> String {
+        let env = std::fs::read_to_string(self.dir.join("env")).expect("reading DIR/env");
+        let port = env
+            .lines()
+            .find_map(|l| l.strip_prefix("PARENT_PORT="))
+            .expect("PARENT_PORT in DIR/env");
+        format!("https://127.0.0.1:{port}")
+    }
+
+    /// Installs the Clusternet CRDs into the parent (idempotent) and starts, once per test binary,
+    /// the controller role against it. The controller is stopped when the test binary exits.
+    pub fn with_controller(&self) -> &'static ControllerHandle {
+        static CONTROLLER: OnceLock<ControllerHandle> = OnceLock::new();
+        CONTROLLER.get_or_init(|| {
+            let crds = Command::new(env!("CARGO_BIN_EXE_clusternet")).arg("crds").output().expect("clusternet crds");
+            assert!(crds.status.success(), "clusternet crds failed");
+            let mut apply = Command::new(self.bin("kubectl"))
+                .arg("--kubeconfig")
+                .arg(self.parent_kubeconfig())
+                .args(["apply", "--server-side", "--force-conflicts", "-f", "-"])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .expect("kubectl apply");
+            {
+                use std::io::Write;
+                let mut stdin = apply.stdin.take().expect("kubectl stdin");
+                stdin.write_all(&crds.stdout).expect("writing CRDs to kubectl");
+            }
+            assert!(apply.wait().expect("kubectl apply").success(), "installing the CRDs failed");
+            for crd in ["clusterregistrationrequests.clusters.clusternet.io", "managedclusters.clusters.clusternet.io"] {
+                let ok = Command::new(self.bin("kubectl"))
+                    .arg("--kubeconfig")
+                    .arg(self.parent_kubeconfig())
+                    .args(["wait", "--for=condition=Established", &format!("crd/{crd}"), "--timeout=60s"])
+                    .output()
+                    .map(|o| o.status.success())
+                    .unwrap_or(false);
+                assert!(ok, "CRD {crd} not established");
+            }
+            // One controller per test binary: two leaders-in-waiting would be fine, but two
+            // approvers with separate Leases would race. A watchdog ends it with the test binary.
+            let log = self.dir.join("logs").join(format!("controller-{}.log", std::process::id()));
+            let script = format!(
+                "{bin} --role=controller --kubeconfig={kc} --health-bind-address=127.0.0.1:0 \
+                 --leader-elect-lease-duration=4s --leader-elect-renew-deadline=3s --leader-elect-retry-period=500ms \
+                 >{log} 2>&1 & pid=$!; while kill -0 {owner} 2>/dev/null && kill -0 $pid 2>/dev/null; do sleep 0.5; done; kill $pid 2>/dev/null",
+                bin = env!("CARGO_BIN_EXE_clusternet"),
+                kc = self.parent_kubeconfig().display(),
+                log = log.display(),
+                owner = std::process::id(),
+            );
+            let child = Command::new("bash").args(["-c", &script]).spawn().expect("starting the controller");
+            ControllerHandle { _watchdog: std::sync::Mutex::new(child), log }
+        })
+    }
+}
+
+pub struct ControllerHandle {
+    _watchdog: std::sync::Mutex<std::process::Child>,
+    pub log: PathBuf,
+}
+
+/// The arguments of an agent in child `i`, with its own Lease/system namespace so that several
+/// tests can run agents (distinct cluster IDs) in the same child at once.
+pub fn agent_args(
+    env: &TestEnv,
+    i: usize,
+    system_ns: &str,
+    name: &str,
+    extra: &[&str],
+) -> Vec<String> {
+    let mut args = vec![
+        "--role=agent".to_string(),
+        format!("--kubeconfig={}", env.child_kubeconfig(i).display()),
+        format!("--cluster-reg-parent-url={}", env.parent_url()),
+        format!("--cluster-reg-token={}", env.bootstrap_token()),
+        format!("--cluster-reg-name={name}"),
+        format!("--leader-elect-resource-namespace={system_ns}"),
+        format!("--system-namespace={system_ns}"),
+        "--leader-elect-lease-duration=4s".to_string(),
+        "--leader-elect-renew-deadline=3s".to_string(),
+        "--leader-elect-retry-period=500ms".to_string(),
+        "--cluster-status-collect-frequency=500ms".to_string(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
 }

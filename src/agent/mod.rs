@@ -1,0 +1,57 @@
+//! The agent: the only Clusternet process in a child cluster (shared/spec/agent.md). On the
+//! elected replica it registers the cluster with the parent, publishes the child's deployer
+//! credentials, and heartbeats the ManagedCluster status; when the parent stops accepting it
+//! (credentials revoked, cluster deleted) it says so and registers again.
+
+pub mod credentials;
+pub mod registration;
+pub mod status;
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use crate::runtime::Runtime;
+
+/// The agent's leader work: register, then heartbeat, until `stop`.
+pub async fn lead(rt: &Runtime, lease_uid: &str, stop: CancellationToken) {
+    if let Err(e) = registration::check_settings(rt) {
+        error!(error = %e, "the agent cannot register this cluster");
+    }
+    let cluster_id = loop {
+        match registration::cluster_id(rt, lease_uid).await {
+            Ok(id) => break id,
+            Err(e) => {
+                warn!(error = %e, "reading the agent Lease for the cluster ID failed; retrying")
+            }
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+        }
+    };
+    info!(cluster_id = %cluster_id, "cluster ID (UID of the agent Lease)");
+    let nodes = rt.cache.watch::<Node>();
+    while !stop.is_cancelled() {
+        let Some(reg) = registration::register(rt, &cluster_id, &stop).await else {
+            return;
+        };
+        let round = stop.child_token();
+        let publisher = {
+            let (rt, reg, round) = (rt.clone(), reg.clone(), round.clone());
+            tokio::spawn(async move { credentials::publish_until_done(&rt, &reg, &round).await })
+        };
+        if nodes.store.wait_until_ready().await.is_err() {
+            return;
+        }
+        let ended = status::run(rt, &reg, nodes.store.clone(), &stop).await;
+        round.cancel();
+        let _ = publisher.await;
+        match ended {
+            Ok(()) => return,
+            Err(e) => status::log_end(&e),
+        }
+    }
+}

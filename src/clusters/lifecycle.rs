@@ -1,0 +1,452 @@
+//! Cluster lifecycle (`clusterlifecycle`, shared/spec/status.md §6): a cluster whose agent stops
+//! heartbeating for three periods turns `Ready=Unknown` and gets the
+//! `clusters.clusternet.io/unschedulable:NoSchedule` taint, which goes away when heartbeats resume.
+//! Deleting a ManagedCluster removes its dedicated namespace, RBAC and credentials, and marks its
+//! registration request Denied so the agent reports why instead of silently re-registering.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Namespace, Taint};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::finalizer::{Event, finalizer};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use crate::agent::status::merge_conditions;
+use crate::apis::clusters::{
+    CONDITION_CLUSTER_INIT, CONDITION_READY, REASON_CLUSTER_INIT_DISABLED,
+    REASON_CLUSTER_INIT_WAITING, REASON_CLUSTER_STATUS_NEVER_UPDATED,
+    REASON_CLUSTER_STATUS_UNKNOWN,
+};
+use crate::apis::known;
+use crate::apis::{ClusterRegistrationRequest, ManagedCluster};
+use crate::runtime::{Runtime, api_code};
+
+#[derive(Debug, thiserror::Error)]
+pub enum LifecycleError {
+    #[error("ManagedCluster {namespace}/{name}: {what}: {source}")]
+    Api {
+        namespace: String,
+        name: String,
+        what: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("ManagedCluster finalizer: {0}")]
+    Finalizer(String),
+}
+
+/// Without a reported heartbeat period, upstream waits 9 minutes.
+const DEFAULT_THRESHOLD: Duration = Duration::from_secs(9 * 60);
+
+pub async fn run(rt: Runtime, stop: CancellationToken) {
+    let shared = rt.cache.watch::<ManagedCluster>();
+    let ctx = Arc::new(rt);
+    super::run_controller("clusterlifecycle", shared, 4, stop, move |mc| {
+        let ctx = ctx.clone();
+        async move { reconcile(&ctx, mc).await }
+    })
+    .await;
+}
+
+async fn reconcile(rt: &Runtime, mc: Arc<ManagedCluster>) -> Result<Action, LifecycleError> {
+    let ns = mc.namespace().unwrap_or_default();
+    let api: Api<ManagedCluster> = Api::namespaced(rt.client.clone(), &ns);
+    if !mc.finalizers().iter().any(|f| f == known::APP_FINALIZER)
+        && mc.metadata.deletion_timestamp.is_none()
+    {
+        // clusters not made by our approver (or made before it set the finalizer) keep no finalizer:
+        // only heartbeat tracking applies to them
+        return track(rt, &api, &mc).await;
+    }
+    finalizer(&api, known::APP_FINALIZER, mc, |event| async {
+        match event {
+            Event::Apply(mc) => track(rt, &api, &mc).await,
+            Event::Cleanup(mc) => cleanup(rt, &mc).await,
+        }
+    })
+    .await
+    .map_err(|e| LifecycleError::Finalizer(e.to_string()))
+}
+
+/// The threshold after which a silent cluster counts as lost: three heartbeat periods.
+pub fn lost_threshold(mc: &ManagedCluster) -> Duration {
+    mc.status
+        .as_ref()
+        .and_then(|s| s.heartbeat_frequency_seconds)
+        .filter(|s| *s > 0)
+        .map(|s| Duration::from_secs(3 * s as u64))
+        .unwrap_or(DEFAULT_THRESHOLD)
+}
+
+/// The conditions the controller generates now (status.md §6.1-§6.2), and how long until the
+/// cluster would count as lost.
+pub fn generated_conditions(
+    mc: &ManagedCluster,
+    now: Timestamp,
+    cluster_init_gate: bool,
+) -> (Vec<Condition>, Option<Duration>) {
+    let status = mc.status.clone().unwrap_or_default();
+    let threshold = lost_threshold(mc);
+    let probe = status
+        .last_observed_time
+        .as_ref()
+        .map(|t| t.0)
+        .or_else(|| mc.metadata.creation_timestamp.as_ref().map(|t| t.0))
+        .unwrap_or(now);
+    let age = now.duration_since(probe).unsigned_abs();
+    let mut out = Vec::new();
+    let mut remaining = None;
+    let time = Time(now);
+    if age > threshold {
+        let (reason, message) = if status.last_observed_time.is_none() {
+            (
+                REASON_CLUSTER_STATUS_NEVER_UPDATED,
+                "Clusternet agent never posted cluster status.",
+            )
+        } else {
+            (
+                REASON_CLUSTER_STATUS_UNKNOWN,
+                "Clusternet agent stopped posting cluster status.",
+            )
+        };
+        out.push(Condition {
+            type_: CONDITION_READY.into(),
+            status: "Unknown".into(),
+            reason: reason.into(),
+            message: message.into(),
+            last_transition_time: time.clone(),
+            observed_generation: None,
+        });
+    } else {
+        remaining = Some(threshold - age);
+    }
+    let skip = mc
+        .annotations()
+        .get(known::CLUSTER_INIT_SKIP_ANNOTATION)
+        .map(String::as_str)
+        == Some("true");
+    let init = if !cluster_init_gate {
+        (
+            "True",
+            REASON_CLUSTER_INIT_DISABLED,
+            "feature gate ClusterInit is not enabled",
+        )
+    } else if skip {
+        (
+            "True",
+            REASON_CLUSTER_INIT_DISABLED,
+            "cluster initialization is skipped",
+        )
+    } else {
+        (
+            "False",
+            REASON_CLUSTER_INIT_WAITING,
+            "still waiting for cluster getting initialized",
+        )
+    };
+    out.push(Condition {
+        type_: CONDITION_CLUSTER_INIT.into(),
+        status: init.0.into(),
+        reason: init.1.into(),
+        message: init.2.into(),
+        last_transition_time: time,
+        observed_generation: None,
+    });
+    (out, remaining)
+}
+
+/// status.md §6.3: one managed NoSchedule taint per failing condition, matched by key and effect.
+pub fn desired_taints(
+    current: &[Taint],
+    conditions: &[Condition],
+    cluster_init_gate: bool,
+) -> Vec<Taint> {
+    let failing = |t: &str| {
+        conditions
+            .iter()
+            .find(|c| c.type_ == t)
+            .filter(|c| c.status == "False" || c.status == "Unknown")
+            .map(|c| c.reason.clone())
+    };
+    let mut wanted: Vec<(&str, String)> = Vec::new();
+    if let Some(reason) = failing(CONDITION_READY) {
+        wanted.push((known::TAINT_CLUSTER_UNSCHEDULABLE, reason));
+    }
+    if cluster_init_gate && let Some(reason) = failing(CONDITION_CLUSTER_INIT) {
+        wanted.push((known::TAINT_CLUSTER_INITIALIZATION, reason));
+    }
+    let managed = |t: &Taint| {
+        t.effect == known::TAINT_EFFECT_NO_SCHEDULE
+            && (t.key == known::TAINT_CLUSTER_UNSCHEDULABLE
+                || t.key == known::TAINT_CLUSTER_INITIALIZATION)
+    };
+    // unmanaged taints stay; managed ones stay only while wanted (all stale ones go, unlike upstream's quirk)
+    let mut out: Vec<Taint> = current
+        .iter()
+        .filter(|t| !managed(t) || wanted.iter().any(|(k, _)| *k == t.key))
+        .cloned()
+        .collect();
+    for (key, reason) in wanted {
+        if !out
+            .iter()
+            .any(|t| t.key == key && t.effect == known::TAINT_EFFECT_NO_SCHEDULE)
+        {
+            out.push(Taint {
+                key: key.into(),
+                value: Some(reason),
+                effect: known::TAINT_EFFECT_NO_SCHEDULE.into(),
+                time_added: None,
+            });
+        }
+    }
+    out
+}
+
+async fn track(
+    rt: &Runtime,
+    api: &Api<ManagedCluster>,
+    mc: &ManagedCluster,
+) -> Result<Action, LifecycleError> {
+    let name = mc.name_any();
+    let err = |what: &'static str| {
+        let (namespace, name) = (mc.namespace().unwrap_or_default(), name.clone());
+        move |source| LifecycleError::Api {
+            namespace,
+            name,
+            what,
+            source,
+        }
+    };
+    let gate = rt.config.gate(known::CLUSTER_INIT);
+    let (generated, remaining) = generated_conditions(mc, Timestamp::now(), gate);
+    let mut status = mc.status.clone().unwrap_or_default();
+    let lost = remaining.is_none();
+    let merged = merge_conditions(&status.conditions, &generated);
+    // identical conditions apart from an already-Unknown Ready's time are not rewritten
+    let strip = |cs: &[Condition]| {
+        cs.iter()
+            .map(|c| {
+                (
+                    c.type_.clone(),
+                    c.status.clone(),
+                    c.reason.clone(),
+                    c.message.clone(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let changed = strip(&merged) != strip(&status.conditions)
+        || (lost && (status.healthz || status.livez || status.readyz));
+    if changed {
+        if lost {
+            info!(cluster = %name, "no heartbeat within {:?}: Ready=Unknown", lost_threshold(mc));
+            status.healthz = false;
+            status.livez = false;
+            status.readyz = false;
+        }
+        status.conditions = merged.clone();
+        let mut updated = mc.clone();
+        updated.status = Some(status);
+        match api
+            .replace_status(&name, &PostParams::default(), &updated)
+            .await
+        {
+            Ok(_) => {}
+            // the agent wrote in between: try again right away with fresh data
+            Err(e) if api_code(&e) == Some(409) => {
+                return Ok(Action::requeue(Duration::from_millis(200)));
+            }
+            Err(e) => return Err(err("writing conditions")(e)),
+        }
+    }
+    let taints = desired_taints(&mc.spec.taints, &merged, gate);
+    if taints != mc.spec.taints {
+        info!(cluster = %name, ?taints, "updating taints");
+        api.patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"taints": taints}})),
+        )
+        .await
+        .map_err(err("patching taints"))?;
+    }
+    Ok(Action::requeue(
+        remaining
+            .map(|r| r + Duration::from_millis(100))
+            .unwrap_or_else(|| lost_threshold(mc)),
+    ))
+}
+
+/// Deregistration: the request is marked Denied (with the reason) so the agent stops with a clear
+/// message, then the cluster's RBAC and dedicated namespace (with its credentials) are removed.
+async fn cleanup(rt: &Runtime, mc: &ManagedCluster) -> Result<Action, LifecycleError> {
+    let name = mc.name_any();
+    let ns = mc.namespace().unwrap_or_default();
+    let id = mc.spec.cluster_id.clone();
+    let err = |what: &'static str| {
+        let (namespace, name) = (ns.clone(), name.clone());
+        move |source| LifecycleError::Api {
+            namespace,
+            name,
+            what,
+            source,
+        }
+    };
+    let crrs: Api<ClusterRegistrationRequest> = Api::all(rt.client.clone());
+    if let Some(crr) = crrs
+        .get_opt(&known::cluster_registration_request_name(&id))
+        .await
+        .map_err(err("reading the registration request"))?
+    {
+        super::approver::write_status(
+            &rt.client,
+            &crr,
+            super::approver::denied_after_deletion(&name),
+        )
+        .await
+        .map_err(err("marking the registration request denied"))?;
+    }
+    let role = known::cluster_role_name(&id);
+    let gone = |r: Result<_, kube::Error>| match r {
+        Ok(_) => Ok(()),
+        Err(e) if api_code(&e) == Some(404) => Ok(()),
+        Err(e) => Err(e),
+    };
+    gone(
+        Api::<ClusterRoleBinding>::all(rt.client.clone())
+            .delete(&role, &DeleteParams::default())
+            .await
+            .map(|_| ()),
+    )
+    .map_err(err("deleting the ClusterRoleBinding"))?;
+    gone(
+        Api::<ClusterRole>::all(rt.client.clone())
+            .delete(&role, &DeleteParams::default())
+            .await
+            .map(|_| ()),
+    )
+    .map_err(err("deleting the ClusterRole"))?;
+    gone(
+        Api::<Namespace>::all(rt.client.clone())
+            .delete(&ns, &DeleteParams::default())
+            .await
+            .map(|_| ()),
+    )
+    .map_err(err("deleting the dedicated namespace"))?;
+    info!(cluster = %name, namespace = %ns, "cluster deregistered: namespace, RBAC and credentials removed");
+    Ok(Action::await_change())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apis::ManagedClusterStatus;
+
+    fn cluster(
+        heartbeat: Option<i64>,
+        observed_secs_ago: Option<i64>,
+        now: Timestamp,
+    ) -> ManagedCluster {
+        let mut mc = ManagedCluster::new("c", Default::default());
+        mc.metadata.creation_timestamp = Some(Time(
+            now - k8s_openapi::jiff::SignedDuration::from_secs(3600),
+        ));
+        mc.status = Some(ManagedClusterStatus {
+            heartbeat_frequency_seconds: heartbeat,
+            last_observed_time: observed_secs_ago
+                .map(|s| Time(now - k8s_openapi::jiff::SignedDuration::from_secs(s))),
+            ..Default::default()
+        });
+        mc
+    }
+
+    #[test]
+    fn silent_clusters_turn_unknown_after_three_periods() {
+        let now = Timestamp::now();
+        let (c, remaining) = generated_conditions(&cluster(Some(10), Some(5), now), now, false);
+        assert!(
+            c.iter().all(|c| c.type_ != "Ready"),
+            "fresh heartbeat: no Ready generated"
+        );
+        assert_eq!(remaining.map(|d| d.as_secs()), Some(25));
+        let (c, remaining) = generated_conditions(&cluster(Some(10), Some(31), now), now, false);
+        let ready = c
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .expect("a Ready condition");
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("Unknown", REASON_CLUSTER_STATUS_UNKNOWN)
+        );
+        assert!(remaining.is_none());
+        // never reported: judged from creation, with upstream's 9 minute default
+        let (c, _) = generated_conditions(&cluster(None, None, now), now, false);
+        let ready = c
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .expect("a Ready condition");
+        assert_eq!(ready.reason, REASON_CLUSTER_STATUS_NEVER_UPDATED);
+        let init = c
+            .iter()
+            .find(|c| c.type_ == "ClusterInit")
+            .expect("ClusterInit");
+        assert_eq!(
+            (init.status.as_str(), init.reason.as_str()),
+            ("True", REASON_CLUSTER_INIT_DISABLED)
+        );
+    }
+
+    #[test]
+    fn taints_follow_conditions_and_all_stale_ones_go() {
+        let unknown = Condition {
+            type_: "Ready".into(),
+            status: "Unknown".into(),
+            reason: "ClusterStatusUnknown".into(),
+            message: String::new(),
+            last_transition_time: Time(Timestamp::UNIX_EPOCH),
+            observed_generation: None,
+        };
+        let user = Taint {
+            key: "team".into(),
+            value: Some("a".into()),
+            effect: "NoSchedule".into(),
+            time_added: None,
+        };
+        let t = desired_taints(
+            std::slice::from_ref(&user),
+            std::slice::from_ref(&unknown),
+            false,
+        );
+        assert_eq!(t.len(), 2);
+        assert!(t.iter().any(|t| t.key == known::TAINT_CLUSTER_UNSCHEDULABLE
+            && t.value.as_deref() == Some("ClusterStatusUnknown")));
+        let ready = Condition {
+            status: "True".into(),
+            ..unknown
+        };
+        let stale = vec![
+            user.clone(),
+            Taint {
+                key: known::TAINT_CLUSTER_UNSCHEDULABLE.into(),
+                value: None,
+                effect: "NoSchedule".into(),
+                time_added: None,
+            },
+            Taint {
+                key: known::TAINT_CLUSTER_INITIALIZATION.into(),
+                value: None,
+                effect: "NoSchedule".into(),
+                time_added: None,
+            },
+        ];
+        assert_eq!(desired_taints(&stale, &[ready], false), vec![user]);
+    }
+}
