@@ -13,4 +13,4 @@ if [ -z "${CLUSTERNET_TEST_ENV:-}" ]; then
   bash "$here/env-up.sh" "$dir" "$CHILDREN" --owner-pid $$
   export CLUSTERNET_TEST_ENV=$dir
 fi
-cargo test --all-targets "$@"
+cargo test --all-targets --no-fail-fast "$@"
