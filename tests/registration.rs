@@ -594,3 +594,114 @@ async fn deleting_a_cluster_removes_its_namespace_rbac_and_the_agent_says_why() 
         "no credentials are left in the request"
     );
 }
+
+#[tokio::test]
+async fn the_agent_publishes_the_child_deployer_credentials() {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let env = TestEnv::get();
+    env.with_controller();
+    let parent = env.parent().await;
+    let child = env.child(2).await;
+    let ns = TestNamespace::create(&child, &env.child_kubeconfig(2), "deployer").await;
+    // what deploy/overlays/child installs: the app deployer ServiceAccount and its token Secret
+    Api::<ServiceAccount>::namespaced(child.clone(), &ns.name)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                serde_json::json!({"metadata": {"name": "clusternet-app-deployer"}}),
+            )
+            .expect("SA"),
+        )
+        .await
+        .expect("creating the ServiceAccount");
+    Api::<Secret>::namespaced(child.clone(), &ns.name)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "clusternet-app-deployer",
+                             "annotations": {"kubernetes.io/service-account.name": "clusternet-app-deployer"}},
+                "type": "kubernetes.io/service-account-token"}))
+            .expect("Secret"),
+        )
+        .await
+        .expect("creating the token Secret");
+    let args = agent_args(
+        env,
+        2,
+        &ns.name,
+        &format!("deployer-{}", &ns.name[9..]),
+        &[],
+    );
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let _agent = Clusternet::start("agent-deployer", &args);
+    let id = wait_for("the agent's Lease", Duration::from_secs(10), || {
+        cluster_id(&child, &ns.name)
+    })
+    .await;
+    let mc = wait_for("Ready", Duration::from_secs(15), || {
+        ready_cluster(&parent, &id)
+    })
+    .await;
+    let secrets: Api<Secret> = Api::namespaced(parent.clone(), &mc.namespace().unwrap_or_default());
+    let published = wait_for(
+        "Secret child-cluster-deployer in the parent",
+        Duration::from_secs(20),
+        || async {
+            secrets
+                .get_opt("child-cluster-deployer")
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| "not yet".to_string())
+        },
+    )
+    .await;
+    let data = published.data.clone().unwrap_or_default();
+    for key in [
+        "ca.crt",
+        "token",
+        "service-account.name",
+        "service-account.uid",
+        "apiserver-advertise-url",
+    ] {
+        assert!(
+            data.get(key).is_some_and(|v| !v.0.is_empty()),
+            "{key} missing: {:?}",
+            data.keys()
+        );
+    }
+    assert_eq!(
+        published.labels().get("clusters.clusternet.io/cluster-id"),
+        Some(&id)
+    );
+    assert_eq!(
+        published
+            .annotations()
+            .get("clusternet.io/autoupdate")
+            .map(String::as_str),
+        Some("true")
+    );
+    // the published token really works against the child
+    let token = String::from_utf8_lossy(&data["token"].0).to_string();
+    let url = String::from_utf8_lossy(&data["apiserver-advertise-url"].0).to_string();
+    let deployer = clusternet::runtime::token_client(&url, &token, Some(&data["ca.crt"].0))
+        .expect("deployer client");
+    // authenticated (it is the child's RBAC, not installed here, that decides what it may do)
+    match Api::<ServiceAccount>::namespaced(deployer, &ns.name)
+        .get("clusternet-app-deployer")
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) => assert_ne!(
+            s.code, 401,
+            "the published token is not accepted by the child: {s:?}"
+        ),
+        Err(e) => panic!("reaching the child with the published credentials: {e}"),
+    }
+    // the finalizer keeps it while HelmReleases may need it
+    assert!(
+        published
+            .finalizers()
+            .iter()
+            .any(|f| f == "apps.clusternet.io/finalizer")
+    );
+}

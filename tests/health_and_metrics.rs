@@ -1,0 +1,97 @@
+//! `/readyz` turns 200 only once the shared informer cache has synced, and `/metrics` shows
+//! process and per-subsystem metrics.
+
+mod support;
+
+use std::time::Duration;
+
+use support::{Clusternet, TestEnv, wait_for};
+
+#[tokio::test]
+async fn readyz_waits_for_the_informer_cache_and_metrics_show_subsystems() {
+    let env = TestEnv::get();
+    env.with_controller(); // installs the CRDs the scheduler's caches watch
+    let dir = tempfile::tempdir().expect("temp dir");
+
+    // An API server that never answers: the caches cannot sync, so the process is not ready.
+    let unreachable = dir.path().join("unreachable.kubeconfig");
+    std::fs::write(
+        &unreachable,
+        "apiVersion: v1\nkind: Config\nclusters: [{name: x, cluster: {server: 'https://127.0.0.1:1', insecure-skip-tls-verify: true}}]\n\
+         users: [{name: x, user: {token: x}}]\ncontexts: [{name: x, context: {cluster: x, user: x}}]\ncurrent-context: x\n",
+    )
+    .expect("writing a kubeconfig");
+    let stuck = Clusternet::start(
+        "readyz-unreachable",
+        &[
+            "--role=scheduler",
+            &format!("--kubeconfig={}", unreachable.display()),
+        ],
+    );
+    let (status, body) = wait_for("the health port", Duration::from_secs(10), || {
+        stuck.get("/readyz?verbose")
+    })
+    .await;
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body.contains("[-] informer-sync:apps.clusternet.io/v1alpha1/Subscription"),
+        "{body}"
+    );
+    let (status, _) = stuck.get("/healthz").await.expect("healthz");
+    assert_eq!(status, 200, "alive even when not ready");
+
+    let ns = format!(
+        "metrics-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..6]
+    );
+    let ok = Clusternet::start(
+        "readyz-parent",
+        &[
+            "--role=scheduler",
+            &format!("--kubeconfig={}", env.parent_kubeconfig().display()),
+            &format!("--leader-elect-resource-namespace={ns}"),
+        ],
+    );
+    let body = wait_for("/readyz to answer 200", Duration::from_secs(20), || async {
+        match ok.get("/readyz?verbose").await? {
+            (200, body) => Ok(body),
+            (code, body) => Err(format!("{code}: {body}")),
+        }
+    })
+    .await;
+    for kind in ["Subscription", "ManagedCluster", "FeedInventory"] {
+        assert!(
+            body.contains(&format!("[+] informer-sync:")) && body.contains(kind),
+            "{body}"
+        );
+    }
+    assert!(body.contains("[+] role:scheduler"), "{body}");
+
+    let metrics = wait_for("leader metrics", Duration::from_secs(20), || async {
+        let (_, m) = ok.get("/metrics").await?;
+        if m.contains("clusternet_leader_election_is_leader{role=\"scheduler\"} 1") {
+            Ok(m)
+        } else {
+            Err(m)
+        }
+    })
+    .await;
+    for needle in [
+        "process_resident_memory_bytes",
+        "process_cpu_seconds_total",
+        "process_open_fds",
+        "clusternet_role_running{role=\"scheduler\"} 1",
+        "clusternet_cache_objects{kind=\"apps.clusternet.io/v1alpha1/Subscription\"}",
+    ] {
+        assert!(
+            metrics.contains(needle),
+            "/metrics lacks {needle}:\n{metrics}"
+        );
+    }
+    // the namespace the Lease was created in
+    let _ = std::process::Command::new(env.bin("kubectl"))
+        .arg("--kubeconfig")
+        .arg(env.parent_kubeconfig())
+        .args(["delete", "namespace", &ns, "--wait=false"])
+        .output();
+}

@@ -1,0 +1,67 @@
+//! The parent registers itself as a child: one process with every role against the parent
+//! (shared/spec/registration.md §9).
+
+mod support;
+
+use std::time::Duration;
+
+use clusternet::apis::ManagedCluster;
+use kube::api::{Api, ListParams};
+use support::{Clusternet, TestEnv, wait_for};
+
+#[tokio::test]
+async fn one_process_with_every_role_registers_the_parent_as_a_child() {
+    let env = TestEnv::get();
+    env.with_controller(); // CRDs; its approver and this process's share the one controller Lease
+    let parent = env.parent().await;
+    let name = format!("parent-{}", &uuid::Uuid::new_v4().simple().to_string()[..6]);
+    let all_in_one = Clusternet::start(
+        "all-in-one",
+        &[
+            "--role=hub,scheduler,controller,agent",
+            &format!("--kubeconfig={}", env.parent_kubeconfig().display()),
+            &format!("--cluster-reg-parent-url={}", env.parent_url()),
+            &format!("--cluster-reg-token={}", env.bootstrap_token()),
+            &format!("--cluster-reg-name={name}"),
+            "--leader-elect-lease-duration=4s",
+            "--leader-elect-renew-deadline=3s",
+            "--leader-elect-retry-period=500ms",
+            "--cluster-status-collect-frequency=500ms",
+        ],
+    );
+    let mc = wait_for(
+        "the parent's own ManagedCluster to be Ready",
+        Duration::from_secs(30),
+        || async {
+            let list = Api::<ManagedCluster>::all(parent.clone())
+                .list(
+                    &ListParams::default()
+                        .labels(&format!("clusters.clusternet.io/cluster-name={name}")),
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+            let mc = list
+                .items
+                .into_iter()
+                .next()
+                .ok_or_else(|| all_in_one.log_text())?;
+            match mc
+                .status
+                .as_ref()
+                .and_then(|s| s.condition("Ready"))
+                .map(|c| c.status.clone())
+            {
+                Some(s) if s == "True" => Ok(mc),
+                other => Err(format!("Ready {other:?}")),
+            }
+        },
+    )
+    .await;
+    let status = mc.status.unwrap_or_default();
+    assert_eq!(status.k8s_version, "v1.36.3");
+    assert_eq!(
+        status.capacity.get("cpu").map(|q| q.0.as_str()),
+        Some("16"),
+        "the parent's two fake nodes"
+    );
+}
