@@ -202,6 +202,14 @@ pub struct RunFlags {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub predictor_port: Option<u16>,
+    /// Agent: address of an external predictor (nothing is served locally then)
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predictor_addr: Option<String>,
+    /// Agent: the scheduler reaches the predictor directly instead of through the tunnel
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predictor_direct_access: Option<bool>,
 }
 
 fn parse_role(s: &str) -> Result<Role, String> {

@@ -135,6 +135,8 @@ pub struct Config {
     pub cluster_status_collect_frequency: Duration,
     pub labels_aggregate_threshold: f64,
     pub predictor_port: u16,
+    pub predictor_addr: Option<String>,
+    pub predictor_direct_access: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -183,6 +185,8 @@ impl Default for Config {
             cluster_status_collect_frequency: Duration::from_secs(20),
             labels_aggregate_threshold: 0.8,
             predictor_port: 8080,
+            predictor_addr: None,
+            predictor_direct_access: false,
         }
     }
 }

@@ -4,6 +4,7 @@
 //! (credentials revoked, cluster deleted) it says so and registers again.
 
 pub mod credentials;
+pub mod predictor;
 pub mod registration;
 pub mod status;
 
@@ -34,6 +35,22 @@ pub async fn lead(rt: &Runtime, lease_uid: &str, stop: CancellationToken) {
     };
     info!(cluster_id = %cluster_id, "cluster ID (UID of the agent Lease)");
     let nodes = rt.cache.watch::<Node>();
+    if rt.config.gate(crate::apis::known::PREDICTOR)
+        && rt
+            .config
+            .predictor_addr
+            .as_deref()
+            .is_none_or(str::is_empty)
+    {
+        let pods = rt.cache.watch::<k8s_openapi::api::core::v1::Pod>();
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], rt.config.predictor_port));
+        match predictor::serve(addr, nodes.store.clone(), pods.store.clone(), stop.clone()).await {
+            Ok(a) => info!(address = %a, "serving the capacity predictor"),
+            Err(e) => {
+                error!(error = %e, port = rt.config.predictor_port, "cannot serve the capacity predictor")
+            }
+        }
+    }
     while !stop.is_cancelled() {
         let Some(reg) = registration::register(rt, &cluster_id, &stop).await else {
             return;

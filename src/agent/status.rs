@@ -385,8 +385,17 @@ pub async fn collect(rt: &Runtime, nodes: &Store<Node>) -> ManagedClusterStatus 
             cfg.cluster_status_update_frequency.as_secs().max(1) as i64
         ),
         predictor_enabled: cfg.gate(known::PREDICTOR),
-        predictor_address: String::new(),
-        predictor_direct_access: false,
+        predictor_address: predictor_address(cfg),
+        predictor_direct_access: cfg.predictor_direct_access,
+    }
+}
+
+/// agent.md §4.1: an external predictor's address, else the built-in one on localhost.
+pub fn predictor_address(cfg: &crate::config::Config) -> String {
+    match cfg.predictor_addr.as_deref().filter(|a| !a.is_empty()) {
+        Some(a) => a.to_string(),
+        None if cfg.gate(known::PREDICTOR) => format!("http://localhost:{}", cfg.predictor_port),
+        None => String::new(),
     }
 }
 
