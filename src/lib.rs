@@ -18,6 +18,7 @@ pub mod cli;
 pub mod clusters;
 pub mod config;
 pub mod kube_ext;
+pub mod pipeline;
 pub mod roles;
 pub mod runtime;
 

@@ -40,6 +40,33 @@ pub async fn run_controller<K, R, Fut, E>(
     Fut: Future<Output = Result<Action, E>> + Send + 'static,
     E: std::error::Error + Send + Sync + 'static,
 {
+    run_controller_with(
+        name,
+        shared,
+        concurrency,
+        stop,
+        futures::stream::empty(),
+        reconcile,
+    )
+    .await
+}
+
+/// [`run_controller`] that also reconciles the objects `also` names (changes of related kinds).
+pub async fn run_controller_with<K, R, Fut, E, S>(
+    name: &'static str,
+    shared: Shared<K>,
+    concurrency: u16,
+    stop: CancellationToken,
+    also: S,
+    reconcile: R,
+) where
+    S: futures::Stream<Item = kube::runtime::reflector::ObjectRef<K>> + Send + 'static,
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone + Default + std::fmt::Debug + Unpin + Send + Sync,
+    R: Fn(Arc<K>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Action, E>> + Send + 'static,
+    E: std::error::Error + Send + Sync + 'static,
+{
     if shared.store.wait_until_ready().await.is_err() {
         return;
     }
@@ -50,6 +77,7 @@ pub async fn run_controller<K, R, Fut, E>(
     Controller::for_shared_stream(shared.subscribe(), shared.store.clone())
         .with_config(controller::Config::default().concurrency(concurrency))
         .reconcile_all_on(tick_rx)
+        .reconcile_on(also)
         .graceful_shutdown_on(async move { stop.cancelled().await })
         .run(
             move |obj, ctx: Arc<()>| {

@@ -32,6 +32,10 @@ pub async fn start_always_on(rt: &Runtime, role: Role) -> Result<(), StartError>
             // warm caches on every replica so a new leader starts at once
             rt.cache.watch::<crate::apis::ClusterRegistrationRequest>();
             rt.cache.watch::<crate::apis::ManagedCluster>();
+            if rt.config.gate(crate::apis::known::FEED_INVENTORY) {
+                rt.cache.watch::<crate::apis::Subscription>();
+                rt.cache.watch::<crate::apis::Manifest>();
+            }
         }
         Role::Scheduler => {
             rt.cache.watch::<crate::apis::Subscription>();
@@ -50,9 +54,16 @@ pub async fn lead(rt: &Runtime, role: Role, leadership: Leadership, token: Cance
         Role::Agent => crate::agent::lead(rt, &leadership.lease_uid, token).await,
         Role::Controller => {
             warn!(
-                "the distribution pipeline (Deployer) is not built yet: running registration and cluster lifecycle only"
+                "the distribution pipeline (Deployer) is not built yet: running registration, cluster lifecycle and FeedInventory only"
             );
-            crate::clusters::run(rt, token).await
+            let inventory = rt.config.gate(crate::apis::known::FEED_INVENTORY).then(|| {
+                let (rt, token) = (rt.clone(), token.clone());
+                tokio::spawn(async move { crate::pipeline::feedinventory::run(rt, token).await })
+            });
+            crate::clusters::run(rt, token).await;
+            if let Some(t) = inventory {
+                let _ = t.await;
+            }
         }
         Role::Scheduler | Role::Hub => {
             warn!(%role, "this build has no {role} controllers yet: holding the lease only");

@@ -396,3 +396,22 @@ pub fn agent_args(
     args.extend(extra.iter().map(|s| s.to_string()));
     args
 }
+
+/// Creates a namespace the product expects to exist (left in place: other tests share it).
+pub async fn ensure_namespace(client: &kube::Client, name: &str) {
+    let ns = Namespace {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_string()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    match Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => panic!("creating namespace {name}: {e}"),
+    }
+}

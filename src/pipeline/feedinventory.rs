@@ -1,0 +1,343 @@
+//! FeedInventory controller (gate `FeedInventory`, shared/spec/deployer.md §12): for every
+//! Dividing Subscription, the desired replicas, per-replica requirements and replica JSON path of
+//! each feed, written as FeedInventory `<ns>/<name>` for the scheduler to divide replicas with.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{PodSpec, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{Api, ObjectMeta, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use super::feeds;
+use crate::apis::known;
+use crate::apis::{
+    FeedInventory, FeedInventorySpec, FeedOrder, Manifest, ReplicaRequirements, SchedulingStrategy,
+    Subscription,
+};
+use crate::kube_ext::quantity;
+use crate::runtime::{Runtime, api_code};
+
+#[derive(Debug, thiserror::Error)]
+pub enum InventoryError {
+    #[error("Subscription {sub}: feed {feed} has no Manifest in {reserved}")]
+    NoManifest {
+        sub: String,
+        feed: String,
+        reserved: String,
+    },
+    #[error("Subscription {sub}: feed {feed}: {message}")]
+    Unparseable {
+        sub: String,
+        feed: String,
+        message: String,
+    },
+    #[error("Subscription {sub}: writing FeedInventory: {source}")]
+    Api {
+        sub: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+pub async fn run(rt: Runtime, stop: CancellationToken) {
+    let subs = rt.cache.watch::<Subscription>();
+    let manifests = rt.cache.watch::<Manifest>();
+    // a Manifest change re-inventories every Dividing Subscription that references it
+    let sub_store = subs.store.clone();
+    let reserved = rt.config.reserved_namespace.clone();
+    let also = manifests.subscribe().flat_map(move |m| {
+        let refs: Vec<ObjectRef<Subscription>> = sub_store
+            .state()
+            .iter()
+            .filter(|s| s.spec.scheduling_strategy == Some(SchedulingStrategy::Dividing))
+            .filter(|s| {
+                m.namespace().as_deref() == Some(reserved.as_str())
+                    && s.spec.feeds.iter().any(|f| feeds::matches(f, m.labels()))
+            })
+            .map(|s| ObjectRef::from_obj(s.as_ref()))
+            .collect();
+        futures::stream::iter(refs)
+    });
+    let ctx = Arc::new((rt, manifests.store.clone()));
+    crate::clusters::run_controller_with("feedinventory", subs, 4, stop, also, move |sub| {
+        let ctx = ctx.clone();
+        async move { reconcile(&ctx.0, &ctx.1.state(), &sub).await }
+    })
+    .await;
+}
+
+fn sum(acc: &mut BTreeMap<String, i128>, m: Option<&BTreeMap<String, Quantity>>) {
+    for (k, q) in m.into_iter().flatten() {
+        if let Ok(v) = quantity::milli(q) {
+            *acc.entry(k.clone()).or_default() += v;
+        }
+    }
+}
+
+fn to_quantities(m: BTreeMap<String, i128>) -> Option<BTreeMap<String, Quantity>> {
+    if m.is_empty() {
+        return None;
+    }
+    Some(
+        m.into_iter()
+            .map(|(k, v)| {
+                let q = if k == "cpu" {
+                    quantity::format_decimal(v)
+                } else if k == "memory" || k == "ephemeral-storage" || k.starts_with("hugepages-") {
+                    quantity::format_binary(v)
+                } else {
+                    quantity::format_decimal(v)
+                };
+                (k, q)
+            })
+            .collect(),
+    )
+}
+
+/// deployer.md §12: node selector, tolerations, affinity; requests and limits summed over app
+/// containers (a limit without a request counts as the request), each init container replacing a
+/// resource's sum when larger.
+pub fn replica_requirements(pod: &PodSpec) -> ReplicaRequirements {
+    let mut requests = BTreeMap::new();
+    let mut limits = BTreeMap::new();
+    for c in &pod.containers {
+        let r = c.resources.clone().unwrap_or_default();
+        let mut req = r.requests.clone().unwrap_or_default();
+        for (k, v) in r.limits.clone().unwrap_or_default() {
+            req.entry(k).or_insert(v);
+        }
+        sum(&mut requests, Some(&req));
+        sum(&mut limits, r.limits.as_ref());
+    }
+    for c in pod.init_containers.iter().flatten() {
+        let r = c.resources.clone().unwrap_or_default();
+        let (mut ir, mut il) = (BTreeMap::new(), BTreeMap::new());
+        sum(&mut ir, r.requests.as_ref());
+        sum(&mut il, r.limits.as_ref());
+        for (k, v) in ir {
+            let e = requests.entry(k).or_default();
+            *e = (*e).max(v);
+        }
+        for (k, v) in il {
+            let e = limits.entry(k).or_default();
+            *e = (*e).max(v);
+        }
+    }
+    ReplicaRequirements {
+        node_selector: pod.node_selector.clone().unwrap_or_default(),
+        tolerations: pod.tolerations.clone().unwrap_or_default(),
+        affinity: pod.affinity.clone(),
+        resources: ResourceRequirements {
+            requests: to_quantities(requests),
+            limits: to_quantities(limits),
+            claims: None,
+        },
+    }
+}
+
+/// The workload facts of one template: (desiredReplicas, requirements, replicaJsonPath).
+pub fn parse_template(
+    template: &Value,
+) -> Result<(Option<i32>, ReplicaRequirements, String), String> {
+    let api_version = template
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let kind = template
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let workload = matches!(
+        (api_version, kind),
+        (
+            "apps/v1" | "apps/v1beta1" | "apps/v1beta2" | "extensions/v1beta1",
+            "Deployment"
+        ) | ("apps/v1" | "extensions/v1beta1", "ReplicaSet")
+            | (
+                "apps/v1" | "apps/v1beta1" | "apps/v1beta2" | "extensions/v1beta1",
+                "StatefulSet"
+            )
+    );
+    if !workload {
+        return Ok((None, ReplicaRequirements::default(), String::new()));
+    }
+    let replicas = match template.pointer("/spec/replicas") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(
+            v.as_i64()
+                .and_then(|n| i32::try_from(n).ok())
+                .ok_or_else(|| format!("spec.replicas {v} is not an int32"))?,
+        ),
+    };
+    let pod: PodSpec = match template.pointer("/spec/template/spec") {
+        Some(spec) => {
+            serde_json::from_value(spec.clone()).map_err(|e| format!("spec.template.spec: {e}"))?
+        }
+        None => PodSpec::default(),
+    };
+    Ok((
+        replicas,
+        replica_requirements(&pod),
+        "/spec/replicas".to_string(),
+    ))
+}
+
+async fn reconcile(
+    rt: &Runtime,
+    manifests: &[Arc<Manifest>],
+    sub: &Subscription,
+) -> Result<Action, InventoryError> {
+    if sub.spec.scheduling_strategy != Some(SchedulingStrategy::Dividing)
+        || sub.metadata.deletion_timestamp.is_some()
+    {
+        return Ok(Action::await_change());
+    }
+    let ns = sub.namespace().unwrap_or_default();
+    let name = sub.name_any();
+    let key = format!("{ns}/{name}");
+    let reserved = rt.config.reserved_namespace.clone();
+    let mut orders = Vec::new();
+    for feed in &sub.spec.feeds {
+        let found = feeds::find(feed, &reserved, manifests);
+        let Some(m) = found.first() else {
+            // a Manifest may arrive later: retry instead of waiting for a Subscription change
+            tracing::warn!(subscription = %key, feed = %feed, "UnParseableFeeds: no Manifest for the feed yet");
+            return Err(InventoryError::NoManifest {
+                sub: key,
+                feed: feed.to_string(),
+                reserved,
+            });
+        };
+        let (desired, requirements, path) =
+            parse_template(&m.spec.template).map_err(|message| InventoryError::Unparseable {
+                sub: key.clone(),
+                feed: feed.to_string(),
+                message,
+            })?;
+        orders.push(FeedOrder {
+            feed: feed.clone(),
+            desired_replicas: desired,
+            replica_requirements: requirements,
+            replica_json_path: path,
+        });
+    }
+    let api: Api<FeedInventory> = Api::namespaced(rt.client.clone(), &ns);
+    let spec = FeedInventorySpec { feeds: orders };
+    let existing = api
+        .get_opt(&name)
+        .await
+        .map_err(|source| InventoryError::Api {
+            sub: key.clone(),
+            source,
+        })?;
+    if existing.as_ref().is_some_and(|e| e.spec == spec) {
+        return Ok(Action::requeue(Duration::from_secs(300)));
+    }
+    let mut inv = FeedInventory::new(&name, spec);
+    inv.metadata = ObjectMeta {
+        name: Some(name.clone()),
+        namespace: Some(ns.clone()),
+        labels: Some(BTreeMap::from([
+            (
+                known::OBJECT_CREATED_BY_LABEL.to_string(),
+                known::CLUSTERNET_CONTROLLER_MANAGER_NAME.to_string(),
+            ),
+            (
+                known::CONFIG_SUBSCRIPTION_NAME_LABEL.to_string(),
+                name.clone(),
+            ),
+            (
+                known::CONFIG_SUBSCRIPTION_NAMESPACE_LABEL.to_string(),
+                ns.clone(),
+            ),
+            (
+                known::CONFIG_SUBSCRIPTION_UID_LABEL.to_string(),
+                sub.uid().unwrap_or_default(),
+            ),
+        ])),
+        owner_references: Some(vec![OwnerReference {
+            api_version: Subscription::api_version(&()).to_string(),
+            kind: Subscription::kind(&()).to_string(),
+            name: name.clone(),
+            uid: sub.uid().unwrap_or_default(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        }]),
+        resource_version: existing.as_ref().and_then(|e| e.resource_version()),
+        ..Default::default()
+    };
+    let result = match existing {
+        Some(_) => api.replace(&name, &PostParams::default(), &inv).await,
+        None => api.create(&PostParams::default(), &inv).await,
+    };
+    match result {
+        Ok(_) => info!(subscription = %key, "FeedInventorySynced"),
+        Err(e) if api_code(&e) == Some(409) => {
+            return Ok(Action::requeue(Duration::from_millis(200)));
+        }
+        Err(source) => return Err(InventoryError::Api { sub: key, source }),
+    }
+    Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn deployments_give_replicas_and_summed_requirements() {
+        let t = json!({"apiVersion": "apps/v1", "kind": "Deployment", "spec": {"replicas": 6, "template": {"spec": {
+            "nodeSelector": {"disk": "ssd"},
+            "containers": [
+                {"name": "a", "resources": {"requests": {"cpu": "500m", "memory": "128Mi"}}},
+                {"name": "b", "resources": {"limits": {"cpu": "250m"}}}],
+            "initContainers": [{"name": "i", "resources": {"requests": {"memory": "1Gi"}}}]}}}});
+        let (replicas, req, path) = parse_template(&t).expect("parses");
+        assert_eq!(replicas, Some(6));
+        assert_eq!(path, "/spec/replicas");
+        assert_eq!(
+            req.node_selector.get("disk").map(String::as_str),
+            Some("ssd")
+        );
+        let requests = req.resources.requests.unwrap_or_default();
+        assert_eq!(
+            requests.get("cpu").map(|q| q.0.as_str()),
+            Some("750m"),
+            "a limit without a request counts"
+        );
+        assert_eq!(
+            requests.get("memory").map(|q| q.0.as_str()),
+            Some("1Gi"),
+            "a larger init container wins"
+        );
+    }
+
+    #[test]
+    fn other_kinds_have_no_replicas() {
+        let (r, req, path) =
+            parse_template(&json!({"apiVersion": "v1", "kind": "Service"})).expect("parses");
+        assert_eq!((r, path.as_str()), (None, ""));
+        assert!(req.is_empty());
+        let (r, _, _) =
+            parse_template(&json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "spec": {}}))
+                .expect("parses");
+        assert_eq!(r, None);
+        assert!(
+            parse_template(
+                &json!({"apiVersion": "apps/v1", "kind": "Deployment", "spec": {"replicas": "six"}})
+            )
+            .is_err()
+        );
+    }
+}

@@ -1,0 +1,109 @@
+//! Which Manifests a feed refers to (shared/spec/deployer.md §4.1): Manifests in the reserved
+//! namespace whose `config.group`, `config.version`, `config.kind`, `config.name` labels match the
+//! feed, and `config.namespace` only when the feed names a namespace.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use kube::ResourceExt;
+
+use crate::apis::known;
+use crate::apis::{Feed, Manifest};
+
+/// `apps/v1` -> (`apps`, `v1`); `v1` -> (``, `v1`).
+pub fn group_version(api_version: &str) -> (&str, &str) {
+    match api_version.split_once('/') {
+        Some((g, v)) => (g, v),
+        None => ("", api_version),
+    }
+}
+
+/// The label selector (as pairs) that finds a feed's Manifests.
+pub fn manifest_selector(feed: &Feed) -> BTreeMap<&'static str, String> {
+    let (group, version) = group_version(&feed.api_version);
+    let mut sel = BTreeMap::from([
+        (known::CONFIG_GROUP_LABEL, group.to_string()),
+        (known::CONFIG_VERSION_LABEL, version.to_string()),
+        (known::CONFIG_KIND_LABEL, feed.kind.clone()),
+        (known::CONFIG_NAME_LABEL, feed.name.clone()),
+    ]);
+    if !feed.namespace.is_empty() {
+        sel.insert(known::CONFIG_NAMESPACE_LABEL, feed.namespace.clone());
+    }
+    sel
+}
+
+pub fn matches(feed: &Feed, labels: &BTreeMap<String, String>) -> bool {
+    manifest_selector(feed)
+        .iter()
+        .all(|(k, v)| labels.get(*k) == Some(v))
+}
+
+/// The Manifests of a feed among `manifests` (the reserved namespace's), oldest first so "the
+/// first matching Manifest" is stable.
+pub fn find<'a>(
+    feed: &Feed,
+    reserved_ns: &str,
+    manifests: &'a [Arc<Manifest>],
+) -> Vec<&'a Arc<Manifest>> {
+    let mut found: Vec<&Arc<Manifest>> = manifests
+        .iter()
+        .filter(|m| {
+            m.namespace().as_deref() == Some(reserved_ns) && m.metadata.deletion_timestamp.is_none()
+        })
+        .filter(|m| matches(feed, m.labels()))
+        .collect();
+    found.sort_by(|a, b| {
+        (
+            a.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            a.name_any(),
+        )
+            .cmp(&(
+                b.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                b.name_any(),
+            ))
+    });
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn feeds_match_manifest_labels() {
+        let deploy = Feed::new("apps/v1", "Deployment", "qux", "my-nginx");
+        let l = labels(&[
+            ("apps.clusternet.io/config.group", "apps"),
+            ("apps.clusternet.io/config.version", "v1"),
+            ("apps.clusternet.io/config.kind", "Deployment"),
+            ("apps.clusternet.io/config.name", "my-nginx"),
+            ("apps.clusternet.io/config.namespace", "qux"),
+        ]);
+        assert!(matches(&deploy, &l));
+        assert!(!matches(
+            &Feed::new("apps/v1", "Deployment", "other", "my-nginx"),
+            &l
+        ));
+        // a namespaced kind referenced without namespace matches that name in every namespace
+        assert!(matches(
+            &Feed::new("apps/v1", "Deployment", "", "my-nginx"),
+            &l
+        ));
+        let ns = labels(&[
+            ("apps.clusternet.io/config.group", ""),
+            ("apps.clusternet.io/config.version", "v1"),
+            ("apps.clusternet.io/config.kind", "Namespace"),
+            ("apps.clusternet.io/config.name", "qux"),
+            ("apps.clusternet.io/config.namespace", ""),
+        ]);
+        assert!(matches(&Feed::new("v1", "Namespace", "", "qux"), &ns));
+    }
+}
