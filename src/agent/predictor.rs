@@ -324,6 +324,6 @@ mod tests {
         .expect("pod");
         let r = pod_request(&p).expect("request");
         assert_eq!(r.get("cpu"), Some(&500));
-        assert_eq!(r.get("memory"), Some(&(1 << 20) * 1000));
+        assert_eq!(r.get("memory").copied(), Some((1_i128 << 20) * 1000));
     }
 }
