@@ -21,6 +21,7 @@ pub mod kube_ext;
 pub mod pipeline;
 pub mod roles;
 pub mod runtime;
+pub mod scheduler;
 
 use std::process::ExitCode;
 

@@ -1,0 +1,1218 @@
+//! One scheduling attempt for one Subscription (scheduler.md §5, Go's `algorithm/generic.go`):
+//! candidates by cluster affinity -> PreFilter/Filter -> (Dynamic) PrePredict/Predict ->
+//! PreScore/Score -> subgroups -> selection and PreAssign/Assign.
+//!
+//! Pure apart from the predict plugins' I/O: the caller passes every ManagedCluster and the
+//! FeedInventory it read from its cache. Deterministic where Go depends on goroutine timing:
+//! clusters are considered in `namespace/name` order, filtering is sequential and stops at
+//! exactly the number of feasible clusters wanted, equal scores are ordered by
+//! `namespace/name`, and prediction failures are examined in cluster order.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
+
+use crate::apis::{
+    FeedInventory, ManagedCluster, ReplicaDividingType, SchedulingStrategy, Subscription,
+};
+use crate::scheduler::framework::{
+    ClusterScore, Code, CycleState, Framework, PluginFailure, Status, TargetClusters, cluster_key,
+};
+use crate::scheduler::labels::{LabelSelectorError, Selector};
+
+/// At least this many feasible clusters are looked for (Go's `minFeasibleClustersToFind`).
+const MIN_FEASIBLE_CLUSTERS_TO_FIND: usize = 100;
+/// Lower bound of the adaptive percentage (Go's `minFeasibleClustersPercentageToFind`).
+const MIN_FEASIBLE_CLUSTERS_PERCENTAGE_TO_FIND: i64 = 5;
+
+/// Where the next filter pass starts in the candidate list (Go's `nextStartClusterIndex`), so
+/// that every cluster gets the same chance across cycles when filtering stops early. Keep one
+/// per scheduler and pass it to every [`schedule`] call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FilterOffset {
+    next_start_cluster_index: usize,
+}
+
+impl FilterOffset {
+    /// The current offset.
+    pub fn get(&self) -> usize {
+        self.next_start_cluster_index
+    }
+}
+
+/// A successful scheduling attempt.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ScheduleResult {
+    /// The chosen clusters (score order) and, for `Dividing`, replicas per feed.
+    pub suggested: TargetClusters,
+    /// Clusters that went through filtering.
+    pub evaluated_clusters: usize,
+    /// Clusters that passed filtering.
+    pub feasible_clusters: usize,
+}
+
+/// "No cluster fits": message `0/<all ManagedClusters> clusters are available: <n> <reason>, ...`
+/// with the reasons histogram sorted as strings (Go's `FitError`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("0/{num_all_clusters} clusters are available: {}.", self.reasons_histogram().join(", "))]
+pub struct FitError {
+    /// Number of ManagedClusters known (not only candidates).
+    pub num_all_clusters: usize,
+    /// Why each rejected cluster (`namespace/name`) was rejected.
+    pub diagnosis: BTreeMap<String, Status>,
+}
+
+impl FitError {
+    /// `"<count> <reason>"` per distinct reason, sorted as strings.
+    pub fn reasons_histogram(&self) -> Vec<String> {
+        let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+        for status in self.diagnosis.values() {
+            for reason in status.reasons() {
+                *counts.entry(reason.as_str()).or_default() += 1;
+            }
+        }
+        let mut lines: Vec<String> = counts
+            .into_iter()
+            .map(|(reason, count)| format!("{count} {reason}"))
+            .collect();
+        lines.sort();
+        lines
+    }
+}
+
+/// Why a scheduling attempt failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ScheduleError {
+    /// There is no ManagedCluster at all (retried with backoff).
+    #[error("no clusters available to schedule subscriptions")]
+    NoClustersAvailable,
+    /// No candidate passed filtering: not retried, and the cycle binds an empty result (which
+    /// removes the workloads from every cluster).
+    #[error(transparent)]
+    Fit(#[from] FitError),
+    /// A `Dividing` Subscription was scheduled without its FeedInventory (a caller bug: §4.3
+    /// says to drop the cycle and wait for the inventory).
+    #[error("FeedInventory {0} is required to schedule a Dividing subscription")]
+    MissingFeedInventory(String),
+    /// A subscriber's `clusterAffinity` is not a valid label selector.
+    #[error("invalid clusterAffinity of subscriber {index}: {source}")]
+    InvalidClusterAffinity {
+        /// Index in `spec.subscribers`.
+        index: usize,
+        /// What is wrong.
+        #[source]
+        source: LabelSelectorError,
+    },
+    /// `schedulingBySubGroup` with a subscriber lacking `subGroupStrategy` (Go's text, typo
+    /// included).
+    #[error("subGroupStrategy filed can not be Empty")]
+    SubGroupStrategyEmpty,
+    /// Subgrouping left no cluster.
+    #[error("empty clusterScoreList")]
+    EmptyClusterScoreList,
+    /// Dynamic dividing without a prediction for a workload feed on a selected cluster.
+    #[error("unable to get replicas for feed {feed:?} in cluster {cluster:?}")]
+    ReplicasUnavailable {
+        /// Feed key.
+        feed: String,
+        /// Cluster `namespace/name`.
+        cluster: String,
+    },
+    /// A plugin failed (predictor errors, missing `dynamicDividing`, assign skipped...).
+    #[error(transparent)]
+    Plugin(#[from] PluginFailure),
+}
+
+impl ScheduleError {
+    /// Is this "no cluster fits" (Go tests the message for `clusters are available`)?
+    pub fn is_fit_error(&self) -> bool {
+        matches!(self, ScheduleError::Fit(_))
+    }
+
+    /// Should the Subscription go back to the queue with backoff? Everything but a fit error.
+    pub fn should_requeue(&self) -> bool {
+        !self.is_fit_error()
+    }
+}
+
+/// How many feasible clusters end the filter pass (Go's `numFeasibleClustersToFind`).
+pub fn num_feasible_clusters_to_find(
+    num_candidates: usize,
+    percentage_of_clusters_to_score: i32,
+    strategy: SchedulingStrategy,
+) -> usize {
+    if num_candidates < MIN_FEASIBLE_CLUSTERS_TO_FIND
+        || percentage_of_clusters_to_score >= 100
+        || strategy == SchedulingStrategy::Replication
+    {
+        return num_candidates;
+    }
+    let n = i64::try_from(num_candidates).unwrap_or(i64::MAX);
+    let mut percentage = i64::from(percentage_of_clusters_to_score);
+    if percentage <= 0 {
+        percentage = (50 - n / 125).max(MIN_FEASIBLE_CLUSTERS_PERCENTAGE_TO_FIND);
+    }
+    let wanted = usize::try_from(n.saturating_mul(percentage) / 100).unwrap_or(num_candidates);
+    wanted.max(MIN_FEASIBLE_CLUSTERS_TO_FIND)
+}
+
+fn subscription_key(sub: &Subscription) -> String {
+    let ns = sub.metadata.namespace.as_deref().unwrap_or_default();
+    let name = sub.metadata.name.as_deref().unwrap_or_default();
+    if ns.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{ns}/{name}")
+    }
+}
+
+fn labels_of(cluster: &ManagedCluster) -> &BTreeMap<String, String> {
+    static EMPTY: BTreeMap<String, String> = BTreeMap::new();
+    cluster.metadata.labels.as_ref().unwrap_or(&EMPTY)
+}
+
+/// Union over subscribers of the clusters matching their affinity, in `namespace/name` order
+/// within each subscriber, first occurrence kept; clusters being deleted are dropped.
+fn candidates<'a>(
+    sub: &Subscription,
+    sorted: &[(String, &'a ManagedCluster)],
+) -> Result<Vec<(String, &'a ManagedCluster)>, ScheduleError> {
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    for (index, subscriber) in sub.spec.subscribers.iter().enumerate() {
+        let selector = Selector::from_label_selector(&subscriber.cluster_affinity)
+            .map_err(|source| ScheduleError::InvalidClusterAffinity { index, source })?;
+        for (key, cluster) in sorted {
+            if cluster.metadata.deletion_timestamp.is_some()
+                || seen.contains(key)
+                || !selector.matches(labels_of(cluster))
+            {
+                continue;
+            }
+            seen.insert(key.clone());
+            out.push((key.clone(), *cluster));
+        }
+    }
+    Ok(out)
+}
+
+/// Schedules `sub` onto `clusters` (all ManagedClusters of the cache) with profile `fwk`.
+///
+/// `inventory` is required for `Dividing`; `state` must be the cycle's state, reused for
+/// reserve/permit/bind; `offset` is the scheduler's rotating filter offset.
+pub async fn schedule(
+    fwk: &Framework,
+    state: &CycleState,
+    offset: &mut FilterOffset,
+    sub: &Subscription,
+    clusters: &[ManagedCluster],
+    inventory: Option<&FeedInventory>,
+) -> Result<ScheduleResult, ScheduleError> {
+    if clusters.is_empty() {
+        return Err(ScheduleError::NoClustersAvailable);
+    }
+    let strategy = sub.spec.effective_scheduling_strategy();
+    let dividing = strategy == SchedulingStrategy::Dividing;
+    let inventory = match (dividing, inventory) {
+        (true, None) => return Err(ScheduleError::MissingFeedInventory(subscription_key(sub))),
+        (true, Some(inv)) => Some(inv),
+        (false, _) => None,
+    };
+
+    let mut sorted: Vec<(String, &ManagedCluster)> =
+        clusters.iter().map(|c| (cluster_key(c), c)).collect();
+    sorted.sort_by(|a, b| a.0.cmp(&b.0));
+    let fit_error = |diagnosis| {
+        ScheduleError::Fit(FitError {
+            num_all_clusters: clusters.len(),
+            diagnosis,
+        })
+    };
+
+    // Step 1: filter.
+    let candidates = candidates(sub, &sorted)?;
+    if candidates.is_empty() {
+        return Err(fit_error(BTreeMap::new()));
+    }
+    if let Err(failure) = fwk.run_pre_filter(state, sub) {
+        if !failure.status.is_unschedulable() {
+            return Err(failure.into());
+        }
+        let diagnosis = candidates
+            .iter()
+            .map(|(key, _)| (key.clone(), failure.status.clone()))
+            .collect();
+        return Err(fit_error(diagnosis));
+    }
+    let (feasible, diagnosis) = filter(fwk, state, offset, sub, &candidates, strategy)?;
+    if feasible.is_empty() {
+        return Err(fit_error(diagnosis));
+    }
+    let evaluated_clusters = feasible.len() + diagnosis.len();
+    let feasible_clusters = feasible.len();
+
+    // Step 2: predict (Dynamic dividing with predict plugins only).
+    let feasible_refs: Vec<&ManagedCluster> = feasible.iter().map(|(_, c)| *c).collect();
+    let feed_count = inventory.map_or(0, |inv| inv.spec.feeds.len());
+    let mut scored: Vec<(ClusterScore, &ManagedCluster)> = feasible
+        .iter()
+        .map(|(key, cluster)| {
+            let score = ClusterScore {
+                namespaced_name: key.clone(),
+                score: 0,
+                max_available_replicas: vec![None; feed_count],
+            };
+            (score, *cluster)
+        })
+        .collect();
+    let dynamic = sub
+        .spec
+        .dividing_scheduling
+        .as_ref()
+        .is_some_and(|d| d.type_ == ReplicaDividingType::Dynamic);
+    if let Some(inv) = inventory
+        && dynamic
+        && fwk.has_predict_plugins()
+    {
+        fwk.run_pre_predict(state, sub, inv, &feasible_refs)?;
+        let predictions = fwk.run_predict(state, sub, inv, &feasible_refs).await?;
+        for ((score, _), prediction) in scored.iter_mut().zip(predictions) {
+            score.max_available_replicas = prediction;
+        }
+    }
+
+    // Step 3: score; ties by namespace/name so that truncation is reproducible.
+    if fwk.has_score_plugins() {
+        fwk.run_pre_score(state, sub, &feasible_refs)?;
+        let keys: Vec<String> = feasible.iter().map(|(k, _)| k.clone()).collect();
+        let totals = fwk.run_score(state, sub, &feasible_refs, &keys)?;
+        for ((score, _), total) in scored.iter_mut().zip(totals) {
+            score.score = total;
+        }
+    } else {
+        for (score, _) in &mut scored {
+            score.score = 1;
+        }
+    }
+    scored.sort_by(|(a, _), (b, _)| {
+        b.score
+            .cmp(&a.score)
+            .then_with(|| a.namespaced_name.cmp(&b.namespaced_name))
+    });
+
+    // Step 4: subgroups.
+    let selected = if sub.spec.effective_scheduling_by_sub_group() {
+        subgroup(sub, scored)?
+    } else {
+        scored
+    };
+
+    // Step 5: select and assign.
+    let suggested = select(fwk, state, sub, inventory, dynamic, &selected)?;
+    Ok(ScheduleResult {
+        suggested,
+        evaluated_clusters,
+        feasible_clusters,
+    })
+}
+
+type Feasible<'a> = Vec<(String, &'a ManagedCluster)>;
+
+/// Runs filter plugins from the rotating offset until enough clusters are feasible.
+fn filter<'a>(
+    fwk: &Framework,
+    state: &CycleState,
+    offset: &mut FilterOffset,
+    sub: &Subscription,
+    candidates: &[(String, &'a ManagedCluster)],
+    strategy: SchedulingStrategy,
+) -> Result<(Feasible<'a>, BTreeMap<String, Status>), ScheduleError> {
+    let n = candidates.len();
+    let wanted =
+        num_feasible_clusters_to_find(n, fwk.options().percentage_of_clusters_to_score, strategy);
+    let start = offset.next_start_cluster_index % n;
+    let at = |i: usize| &candidates[(start + i) % n];
+    let mut feasible = Vec::new();
+    let mut diagnosis = BTreeMap::new();
+    if !fwk.has_filter_plugins() {
+        feasible.extend((0..wanted).map(|i| at(i).clone()));
+        offset.next_start_cluster_index = (start + wanted) % n;
+        return Ok((feasible, diagnosis));
+    }
+    let began = Instant::now();
+    let mut processed = 0;
+    for i in 0..n {
+        if feasible.len() >= wanted {
+            break;
+        }
+        let (key, cluster) = at(i);
+        processed += 1;
+        match fwk.run_filter(state, sub, cluster) {
+            Ok(Ok(())) => feasible.push((key.clone(), *cluster)),
+            Ok(Err(rejected)) => {
+                diagnosis.insert(key.clone(), rejected.status);
+            }
+            Err(failure) => {
+                offset.next_start_cluster_index = (start + processed) % n;
+                fwk.observe_filter(Code::Error, began);
+                return Err(failure.into());
+            }
+        }
+    }
+    offset.next_start_cluster_index = (start + processed) % n;
+    fwk.observe_filter(Code::Success, began);
+    Ok((feasible, diagnosis))
+}
+
+/// For each subscriber in order, the first `minClusters` scored clusters matching its affinity
+/// (a cluster matching two subscribers can appear twice; a subscriber with an invalid selector
+/// contributes nothing, as in Go).
+fn subgroup<'a>(
+    sub: &Subscription,
+    scored: Vec<(ClusterScore, &'a ManagedCluster)>,
+) -> Result<Vec<(ClusterScore, &'a ManagedCluster)>, ScheduleError> {
+    let mut result = Vec::new();
+    for subscriber in &sub.spec.subscribers {
+        let Ok(selector) = Selector::from_label_selector(&subscriber.cluster_affinity) else {
+            continue;
+        };
+        let strategy = subscriber
+            .sub_group_strategy
+            .as_ref()
+            .ok_or(ScheduleError::SubGroupStrategyEmpty)?;
+        let take = usize::try_from(strategy.min_clusters).unwrap_or(0);
+        result.extend(
+            scored
+                .iter()
+                .filter(|(_, c)| selector.matches(labels_of(c)))
+                .take(take)
+                .cloned(),
+        );
+    }
+    Ok(result)
+}
+
+/// Selection (§5.6): the clusters in order; for `Dividing`, the available replicas (Dynamic) and
+/// the PreAssign/Assign plugins.
+fn select(
+    fwk: &Framework,
+    state: &CycleState,
+    sub: &Subscription,
+    inventory: Option<&FeedInventory>,
+    dynamic: bool,
+    selected: &[(ClusterScore, &ManagedCluster)],
+) -> Result<TargetClusters, ScheduleError> {
+    if selected.is_empty() {
+        return Err(ScheduleError::EmptyClusterScoreList);
+    }
+    let mut available = TargetClusters {
+        binding_clusters: selected
+            .iter()
+            .map(|(s, _)| s.namespaced_name.clone())
+            .collect(),
+        replicas: BTreeMap::new(),
+    };
+    let Some(inventory) = inventory else {
+        return Ok(available);
+    };
+    if dynamic {
+        for (index, order) in inventory.spec.feeds.iter().enumerate() {
+            if order.desired_replicas.is_none() {
+                continue;
+            }
+            let feed = order.feed.key();
+            let mut per_cluster = Vec::with_capacity(selected.len());
+            for (score, _) in selected {
+                let value = score
+                    .max_available_replicas
+                    .get(index)
+                    .copied()
+                    .flatten()
+                    .ok_or_else(|| ScheduleError::ReplicasUnavailable {
+                        feed: feed.clone(),
+                        cluster: score.namespaced_name.clone(),
+                    })?;
+                per_cluster.push(value);
+            }
+            available.replicas.insert(feed, per_cluster);
+        }
+    }
+    let clusters: Vec<&ManagedCluster> = selected.iter().map(|(_, c)| *c).collect();
+    fwk.run_pre_assign(state, sub, inventory, &available, &clusters)?;
+    Ok(fwk.run_assign(state, sub, inventory, &available, &clusters)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    use k8s_openapi::api::core::v1::{Taint, Toleration};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+        LabelSelector, LabelSelectorRequirement, Time,
+    };
+    use proptest::prelude::*;
+
+    use crate::apis::{
+        DividingScheduling, DynamicDividing, Feed, FeedInventorySpec, FeedOrder,
+        ManagedClusterStatus, SubGroupStrategy, Subscriber, SubscriptionSpec,
+    };
+    use crate::scheduler::config::{Profiles, SchedulerConfiguration};
+    use crate::scheduler::framework::{ExtensionPoint, Registry};
+    use crate::scheduler::plugins::testing::{FakePredictor, fake_registry};
+
+    fn cluster(ns: &str, name: &str, labels: &[(&str, &str)]) -> ManagedCluster {
+        let mut c = ManagedCluster::new(name, Default::default());
+        c.metadata.namespace = Some(ns.into());
+        c.metadata.labels = Some(
+            labels
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        );
+        c
+    }
+
+    fn tainted(mut c: ManagedCluster, key: &str, effect: &str) -> ManagedCluster {
+        c.spec.taints.push(Taint {
+            key: key.into(),
+            value: None,
+            effect: effect.into(),
+            time_added: None,
+        });
+        c
+    }
+
+    fn predicting(mut c: ManagedCluster) -> ManagedCluster {
+        c.status = Some(ManagedClusterStatus {
+            predictor_enabled: true,
+            predictor_direct_access: true,
+            ..Default::default()
+        });
+        c
+    }
+
+    fn affinity(labels: &[(&str, &str)]) -> LabelSelector {
+        LabelSelector {
+            match_labels: Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            ),
+            match_expressions: None,
+        }
+    }
+
+    fn subscriber(labels: &[(&str, &str)], weight: i32) -> Subscriber {
+        Subscriber {
+            cluster_affinity: affinity(labels),
+            weight,
+            sub_group_strategy: None,
+        }
+    }
+
+    fn subscription(subscribers: Vec<Subscriber>) -> Subscription {
+        let mut spec = SubscriptionSpec {
+            subscribers,
+            feeds: vec![Feed::new("v1", "Namespace", "", "web")],
+            ..Default::default()
+        };
+        spec.apply_crd_defaults();
+        let mut sub = Subscription::new("web", spec);
+        sub.metadata.namespace = Some("default".into());
+        sub
+    }
+
+    fn deploy() -> Feed {
+        Feed::new("apps/v1", "Deployment", "web", "nginx")
+    }
+
+    fn dividing(
+        mut sub: Subscription,
+        type_: ReplicaDividingType,
+        desired: i32,
+    ) -> (Subscription, FeedInventory) {
+        sub.spec.scheduling_strategy = Some(SchedulingStrategy::Dividing);
+        sub.spec.dividing_scheduling = Some(DividingScheduling {
+            type_,
+            dynamic_dividing: (type_ == ReplicaDividingType::Dynamic)
+                .then(DynamicDividing::default),
+        });
+        sub.spec.feeds.push(deploy());
+        let inv = FeedInventory::new(
+            "web",
+            FeedInventorySpec {
+                feeds: vec![
+                    FeedOrder {
+                        feed: sub.spec.feeds[0].clone(),
+                        ..Default::default()
+                    },
+                    FeedOrder {
+                        feed: deploy(),
+                        desired_replicas: Some(desired),
+                        ..Default::default()
+                    },
+                ],
+            },
+        );
+        (sub, inv)
+    }
+
+    fn profile_with(registry: &Registry, yaml: &str, gate: bool) -> Arc<Framework> {
+        let config = SchedulerConfiguration::from_yaml(yaml).expect("config parses");
+        let profiles = Profiles::new(&config, registry, gate).expect("config valid");
+        let name = config.profiles[0].scheduler_name.clone();
+        Arc::clone(profiles.get(&name).expect("profile"))
+    }
+
+    fn default_profile() -> Arc<Framework> {
+        profile_with(&fake_registry(), "", false)
+    }
+
+    async fn run(
+        fwk: &Framework,
+        sub: &Subscription,
+        clusters: &[ManagedCluster],
+        inv: Option<&FeedInventory>,
+    ) -> Result<ScheduleResult, ScheduleError> {
+        let mut offset = FilterOffset::default();
+        schedule(fwk, &CycleState::new(), &mut offset, sub, clusters, inv).await
+    }
+
+    fn names(r: &ScheduleResult) -> Vec<&str> {
+        r.suggested
+            .binding_clusters
+            .iter()
+            .map(String::as_str)
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn no_clusters_at_all() {
+        let err = run(&default_profile(), &subscription(vec![]), &[], None)
+            .await
+            .expect_err("no clusters");
+        assert_eq!(err, ScheduleError::NoClustersAvailable);
+        assert_eq!(
+            err.to_string(),
+            "no clusters available to schedule subscriptions"
+        );
+        assert!(err.should_requeue() && !err.to_string().contains("clusters are available"));
+    }
+
+    #[tokio::test]
+    async fn replication_binds_every_matching_untainted_cluster() {
+        let clusters = [
+            cluster("ns-b", "east", &[("region", "east")]),
+            cluster("ns-a", "east2", &[("region", "east")]),
+            cluster("ns-c", "west", &[("region", "west")]),
+            tainted(
+                cluster("ns-d", "sick", &[("region", "east")]),
+                "clusters.clusternet.io/unschedulable",
+                "NoSchedule",
+            ),
+        ];
+        let sub = subscription(vec![subscriber(&[("region", "east")], 0)]);
+        let result = run(&default_profile(), &sub, &clusters, None)
+            .await
+            .expect("schedules");
+        // Equal scores: namespace/name order.
+        assert_eq!(names(&result), ["ns-a/east2", "ns-b/east"]);
+        assert!(result.suggested.replicas.is_empty());
+        assert_eq!(
+            (result.evaluated_clusters, result.feasible_clusters),
+            (3, 2)
+        );
+    }
+
+    #[tokio::test]
+    async fn fit_error_message() {
+        let clusters = [
+            tainted(cluster("a", "c1", &[]), "k1", "NoSchedule"),
+            tainted(cluster("a", "c2", &[]), "k1", "NoExecute"),
+            tainted(cluster("a", "c3", &[]), "k2", "NoSchedule"),
+            cluster("a", "c4", &[("other", "x")]),
+        ];
+        let mut sub = subscription(vec![subscriber(&[], 0)]);
+        sub.spec.subscribers[0].cluster_affinity = LabelSelector {
+            match_labels: None,
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "other".into(),
+                operator: "DoesNotExist".into(),
+                values: None,
+            }]),
+        };
+        let err = run(&default_profile(), &sub, &clusters, None)
+            .await
+            .expect_err("nothing fits");
+        assert!(err.is_fit_error() && !err.should_requeue());
+        assert_eq!(
+            err.to_string(),
+            "0/4 clusters are available: 1 clusters(s) had taint {k2: }, that the subscription didn't tolerate, \
+             2 clusters(s) had taint {k1: }, that the subscription didn't tolerate."
+        );
+        // No candidate at all: an empty histogram, still a fit error.
+        let sub = subscription(vec![subscriber(&[("nobody", "here")], 0)]);
+        let err = run(&default_profile(), &sub, &clusters, None)
+            .await
+            .expect_err("no candidate");
+        assert_eq!(err.to_string(), "0/4 clusters are available: .");
+    }
+
+    #[tokio::test]
+    async fn tolerations_and_deleting_clusters() {
+        let mut deleting = cluster("a", "gone", &[]);
+        deleting.metadata.deletion_timestamp = Some(Time(Default::default()));
+        let clusters = [
+            tainted(cluster("a", "c1", &[]), "dedicated", "NoSchedule"),
+            cluster("a", "c2", &[]),
+            deleting,
+        ];
+        let mut sub = subscription(vec![subscriber(&[], 0)]);
+        sub.spec.cluster_tolerations = vec![Toleration {
+            key: Some("dedicated".into()),
+            operator: Some("Exists".into()),
+            ..Default::default()
+        }];
+        let result = run(&default_profile(), &sub, &clusters, None)
+            .await
+            .expect("schedules");
+        assert_eq!(names(&result), ["a/c1", "a/c2"]);
+    }
+
+    #[tokio::test]
+    async fn prefer_no_schedule_orders_by_score() {
+        let clusters = [
+            tainted(cluster("a", "c1", &[]), "soft", "PreferNoSchedule"),
+            cluster("b", "c2", &[]),
+        ];
+        let sub = subscription(vec![subscriber(&[], 0)]);
+        let result = run(&default_profile(), &sub, &clusters, None)
+            .await
+            .expect("schedules");
+        assert_eq!(names(&result), ["b/c2", "a/c1"]);
+    }
+
+    /// A score plugin returning a fixed score per cluster name.
+    struct Fixed(BTreeMap<String, i64>);
+
+    impl crate::scheduler::framework::Plugin for Fixed {
+        fn name(&self) -> &str {
+            "Fixed"
+        }
+        fn as_score(self: Arc<Self>) -> Option<Arc<dyn crate::scheduler::framework::ScorePlugin>> {
+            Some(self)
+        }
+    }
+
+    impl crate::scheduler::framework::ScorePlugin for Fixed {
+        fn score(
+            &self,
+            _: &CycleState,
+            _: &Subscription,
+            c: &ManagedCluster,
+        ) -> Result<i64, Status> {
+            Ok(self.0.get(&cluster_key(c)).copied().unwrap_or(0))
+        }
+    }
+
+    fn fixed_registry(scores: &[(&str, i64)]) -> Registry {
+        let scores: BTreeMap<String, i64> =
+            scores.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect();
+        let mut registry = fake_registry();
+        registry
+            .register("Fixed", move |_: &serde_json::Value| {
+                Ok(Arc::new(Fixed(scores.clone())) as Arc<dyn crate::scheduler::framework::Plugin>)
+            })
+            .expect("registers");
+        registry
+    }
+
+    #[tokio::test]
+    async fn weighted_scores_add_up() {
+        let clusters = [
+            cluster("a", "c1", &[]),
+            tainted(cluster("a", "c2", &[]), "soft", "PreferNoSchedule"),
+            cluster("a", "c3", &[]),
+        ];
+        let sub = subscription(vec![subscriber(&[], 0)]);
+        // c1: 3*100 + 2*10 = 320; c2: 3*0 + 2*100 = 200; c3: 3*100 + 2*60 = 420.
+        let registry = fixed_registry(&[("a/c1", 10), ("a/c2", 100), ("a/c3", 60)]);
+        let yaml = "profiles: [{plugins: {score: {enabled: [{name: Fixed, weight: 2}]}}}]";
+        let result = run(&profile_with(&registry, yaml, false), &sub, &clusters, None)
+            .await
+            .expect("schedules");
+        assert_eq!(names(&result), ["a/c3", "a/c1", "a/c2"]);
+        // Scores outside [0, 100] after normalization fail the cycle.
+        let registry = fixed_registry(&[("a/c1", 150)]);
+        let err = run(&profile_with(&registry, yaml, false), &sub, &clusters, None)
+            .await
+            .expect_err("invalid score");
+        assert_eq!(
+            err.to_string(),
+            "running Score plugins: plugin \"Fixed\" failed with: invalid score 150, it should be in the range of [0, 100] after normalizing"
+        );
+        // Without score plugins everyone scores 1: namespace/name order.
+        let yaml = "profiles: [{plugins: {score: {disabled: [{name: '*'}]}}}]";
+        let result = run(&profile_with(&registry, yaml, false), &sub, &clusters, None)
+            .await
+            .expect("schedules");
+        assert_eq!(names(&result), ["a/c1", "a/c2", "a/c3"]);
+    }
+
+    #[tokio::test]
+    async fn invalid_affinity_is_an_error() {
+        let mut sub = subscription(vec![subscriber(&[], 0)]);
+        sub.spec.subscribers[0].cluster_affinity.match_expressions =
+            Some(vec![LabelSelectorRequirement {
+                key: "k".into(),
+                operator: "In".into(),
+                values: None,
+            }]);
+        let err = run(&default_profile(), &sub, &[cluster("a", "c", &[])], None)
+            .await
+            .expect_err("invalid");
+        assert!(matches!(
+            err,
+            ScheduleError::InvalidClusterAffinity { index: 0, .. }
+        ));
+    }
+
+    #[tokio::test]
+    async fn static_dividing_end_to_end() {
+        let clusters = [
+            cluster("ns", "east", &[("region", "east")]),
+            cluster("ns", "west", &[("region", "west")]),
+        ];
+        let (sub, inv) = dividing(
+            subscription(vec![
+                subscriber(&[("region", "east")], 1),
+                subscriber(&[("region", "west")], 2),
+            ]),
+            ReplicaDividingType::Static,
+            12,
+        );
+        let result = run(&default_profile(), &sub, &clusters, Some(&inv))
+            .await
+            .expect("schedules");
+        assert_eq!(names(&result), ["ns/east", "ns/west"]);
+        assert_eq!(result.suggested.replicas[&deploy().key()], [4, 8]);
+        assert_eq!(
+            result.suggested.replicas["v1/Namespace/web"],
+            Vec::<i32>::new()
+        );
+
+        // Without the inventory the caller is wrong.
+        let err = run(&default_profile(), &sub, &clusters, None)
+            .await
+            .expect_err("needs inventory");
+        assert_eq!(
+            err,
+            ScheduleError::MissingFeedInventory("default/web".into())
+        );
+
+        // Weights summing to zero: clusters but no replicas.
+        let (sub, inv) = dividing(
+            subscription(vec![subscriber(&[], 0)]),
+            ReplicaDividingType::Static,
+            12,
+        );
+        let result = run(&default_profile(), &sub, &clusters, Some(&inv))
+            .await
+            .expect("schedules");
+        assert_eq!(result.suggested.binding_clusters.len(), 2);
+        assert!(result.suggested.replicas.is_empty());
+    }
+
+    #[tokio::test]
+    async fn dividing_without_dividing_scheduling_skips_every_assigner() {
+        let (mut sub, inv) = dividing(
+            subscription(vec![subscriber(&[], 1)]),
+            ReplicaDividingType::Static,
+            2,
+        );
+        sub.spec.dividing_scheduling = None;
+        let err = run(
+            &default_profile(),
+            &sub,
+            &[cluster("a", "c", &[])],
+            Some(&inv),
+        )
+        .await
+        .expect_err("no assigner applies");
+        assert_eq!(err.to_string(), "assign status: Skip, ");
+    }
+
+    #[tokio::test]
+    async fn dynamic_dividing_with_predictor() {
+        let fake = FakePredictor::with(&[("a/c1", Ok(10)), ("a/c2", Ok(20)), ("a/c3", Ok(30))]);
+        let registry = Registry::in_tree(fake);
+        let fwk = profile_with(&registry, "", false);
+        let clusters = [
+            predicting(cluster("a", "c1", &[])),
+            predicting(cluster("a", "c2", &[])),
+            predicting(cluster("a", "c3", &[])),
+        ];
+        let (sub, inv) = dividing(
+            subscription(vec![subscriber(&[], 0)]),
+            ReplicaDividingType::Dynamic,
+            6,
+        );
+        let result = run(&fwk, &sub, &clusters, Some(&inv))
+            .await
+            .expect("schedules");
+        assert_eq!(names(&result), ["a/c1", "a/c2", "a/c3"]);
+        assert_eq!(result.suggested.replicas[&deploy().key()], [1, 2, 3]);
+        assert_eq!(
+            result.suggested.replicas["v1/Namespace/web"],
+            Vec::<i32>::new()
+        );
+
+        // Missing dynamicDividing fails at PreAssign.
+        let mut broken = sub.clone();
+        if let Some(d) = broken.spec.dividing_scheduling.as_mut() {
+            d.dynamic_dividing = None;
+        }
+        let err = run(&fwk, &broken, &clusters, Some(&inv))
+            .await
+            .expect_err("fails");
+        assert_eq!(
+            err.to_string(),
+            "running PreAssign plugin \"DynamicAssigner\": must specify field DynamicDividing when dividing type is dynamic"
+        );
+    }
+
+    #[tokio::test]
+    async fn predictor_failures_and_the_toleration_gate() {
+        let fake = FakePredictor::with(&[("a/c1", Ok(10)), ("a/c2", Err("connection refused"))]);
+        let clusters = [
+            predicting(cluster("a", "c1", &[])),
+            predicting(cluster("a", "c2", &[])),
+        ];
+        let (sub, inv) = dividing(
+            subscription(vec![subscriber(&[], 0)]),
+            ReplicaDividingType::Dynamic,
+            4,
+        );
+        // Gate off: the first failure fails the cycle.
+        let fwk = profile_with(&Registry::in_tree(fake.clone()), "", false);
+        let err = run(&fwk, &sub, &clusters, Some(&inv))
+            .await
+            .expect_err("fails");
+        assert!(matches!(&err, ScheduleError::Plugin(f) if f.point == ExtensionPoint::Predict));
+        assert_eq!(
+            err.to_string(),
+            "running Predict plugins: plugin \"Predictor\" failed with: connection refused"
+        );
+        // Gate on: tolerated (2 * 10 > 1), but the missing prediction fails selection.
+        let fwk = profile_with(&Registry::in_tree(fake.clone()), "", true);
+        let err = run(&fwk, &sub, &clusters, Some(&inv))
+            .await
+            .expect_err("fails later");
+        assert_eq!(
+            err,
+            ScheduleError::ReplicasUnavailable {
+                feed: deploy().key(),
+                cluster: "a/c2".into()
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "unable to get replicas for feed \"apps/v1/Deployment/web/nginx\" in cluster \"a/c2\""
+        );
+        // Gate on with 0 tolerated: fails at prediction again.
+        let fwk = profile_with(
+            &Registry::in_tree(fake),
+            "percentageofclusterstotolerate: 0",
+            true,
+        );
+        let err = run(&fwk, &sub, &clusters, Some(&inv))
+            .await
+            .expect_err("fails");
+        assert!(matches!(err, ScheduleError::Plugin(_)));
+        // A disabled predictor is a failure too (Skip).
+        let fake = FakePredictor::with(&[]);
+        let fwk = profile_with(&Registry::in_tree(fake), "", false);
+        let err = run(&fwk, &sub, &[cluster("a", "c1", &[])], Some(&inv))
+            .await
+            .expect_err("fails");
+        assert!(
+            err.to_string()
+                .ends_with("failed with: predictor is disabled"),
+            "{err}"
+        );
+        // No predict plugins: every workload feed lacks a prediction.
+        let fwk = profile_with(
+            &fake_registry(),
+            "profiles: [{plugins: {predict: {disabled: [{name: '*'}]}}}]",
+            false,
+        );
+        let err = run(&fwk, &sub, &clusters, Some(&inv))
+            .await
+            .expect_err("fails");
+        assert!(matches!(err, ScheduleError::ReplicasUnavailable { .. }));
+    }
+
+    #[tokio::test]
+    async fn several_predictors_take_the_minimum() {
+        use crate::scheduler::framework::{BoxFuture, FeedReplicas, Plugin, PredictPlugin};
+        struct Cap(i32);
+        impl Plugin for Cap {
+            fn name(&self) -> &str {
+                "Cap"
+            }
+            fn as_predict(self: Arc<Self>) -> Option<Arc<dyn PredictPlugin>> {
+                Some(self)
+            }
+        }
+        impl PredictPlugin for Cap {
+            fn predict<'a>(
+                &'a self,
+                _: &'a CycleState,
+                _: &'a Subscription,
+                inv: &'a FeedInventory,
+                _: &'a ManagedCluster,
+            ) -> BoxFuture<'a, Result<FeedReplicas, Status>> {
+                let n = inv.spec.feeds.len();
+                Box::pin(async move { Ok(vec![Some(self.0); n]) })
+            }
+        }
+        let fake = FakePredictor::with(&[("a/c1", Ok(10)), ("a/c2", Ok(1))]);
+        let mut registry = Registry::in_tree(fake);
+        registry
+            .register("Cap", |args: &serde_json::Value| {
+                let cap = args
+                    .get("cap")
+                    .and_then(serde_json::Value::as_i64)
+                    .unwrap_or(0);
+                Ok(
+                    Arc::new(Cap(i32::try_from(cap).map_err(|e| e.to_string())?))
+                        as Arc<dyn Plugin>,
+                )
+            })
+            .expect("registers");
+        let fwk = profile_with(
+            &registry,
+            "profiles: [{plugins: {predict: {enabled: [{name: Cap}]}}, pluginConfig: [{name: Cap, args: {cap: 3}}]}]",
+            false,
+        );
+        let clusters = [
+            predicting(cluster("a", "c1", &[])),
+            predicting(cluster("a", "c2", &[])),
+        ];
+        let (sub, inv) = dividing(
+            subscription(vec![subscriber(&[], 0)]),
+            ReplicaDividingType::Dynamic,
+            100,
+        );
+        let result = run(&fwk, &sub, &clusters, Some(&inv))
+            .await
+            .expect("schedules");
+        // min(10, 3) and min(1, 3); 100 > 4, so everyone gets their capacity.
+        assert_eq!(result.suggested.replicas[&deploy().key()], [3, 1]);
+    }
+
+    #[tokio::test]
+    async fn subgroups_truncate_in_score_order() {
+        let clusters = [
+            cluster("sh", "a", &[("region", "sh")]),
+            tainted(
+                cluster("sh", "b", &[("region", "sh")]),
+                "soft",
+                "PreferNoSchedule",
+            ),
+            cluster("sh", "c", &[("region", "sh")]),
+            cluster("bj", "d", &[("region", "bj"), ("both", "y")]),
+            cluster("bj", "e", &[("region", "bj")]),
+        ];
+        let mut sub = subscription(vec![
+            subscriber(&[("region", "sh")], 0),
+            subscriber(&[("region", "bj")], 0),
+            subscriber(&[("both", "y")], 0),
+        ]);
+        sub.spec.scheduling_by_sub_group = Some(true);
+        sub.spec.subscribers[0].sub_group_strategy = Some(SubGroupStrategy { min_clusters: 2 });
+        sub.spec.subscribers[1].sub_group_strategy = Some(SubGroupStrategy { min_clusters: 5 });
+        sub.spec.subscribers[2].sub_group_strategy = Some(SubGroupStrategy { min_clusters: 1 });
+        let result = run(&default_profile(), &sub, &clusters, None)
+            .await
+            .expect("schedules");
+        // sh: a, c (b scores lower); bj: both; then d again for the third subscriber.
+        assert_eq!(names(&result), ["sh/a", "sh/c", "bj/d", "bj/e", "bj/d"]);
+
+        // minClusters omitted (0) everywhere: nothing left.
+        for s in &mut sub.spec.subscribers {
+            s.sub_group_strategy = Some(SubGroupStrategy::default());
+        }
+        let err = run(&default_profile(), &sub, &clusters, None)
+            .await
+            .expect_err("empty");
+        assert_eq!(err.to_string(), "empty clusterScoreList");
+
+        sub.spec.subscribers[1].sub_group_strategy = None;
+        let err = run(&default_profile(), &sub, &clusters, None)
+            .await
+            .expect_err("missing strategy");
+        assert_eq!(err.to_string(), "subGroupStrategy filed can not be Empty");
+    }
+
+    #[test]
+    fn feasible_cluster_counts() {
+        use SchedulingStrategy::{Dividing, Replication};
+        assert_eq!(num_feasible_clusters_to_find(99, 0, Dividing), 99);
+        assert_eq!(num_feasible_clusters_to_find(5000, 0, Replication), 5000);
+        assert_eq!(num_feasible_clusters_to_find(500, 100, Dividing), 500);
+        // Adaptive: 50 - 1000/125 = 42%.
+        assert_eq!(num_feasible_clusters_to_find(1000, 0, Dividing), 420);
+        // Adaptive floor of 5%, then at least 100.
+        assert_eq!(num_feasible_clusters_to_find(10_000, 0, Dividing), 500);
+        assert_eq!(num_feasible_clusters_to_find(1000, 5, Dividing), 100);
+        assert_eq!(num_feasible_clusters_to_find(1000, 30, Dividing), 300);
+    }
+
+    #[tokio::test]
+    async fn filtering_stops_early_and_rotates() {
+        let clusters: Vec<ManagedCluster> = (0..200)
+            .map(|i| cluster("ns", &format!("c{i:03}"), &[]))
+            .collect();
+        let (sub, inv) = dividing(
+            subscription(vec![subscriber(&[], 1)]),
+            ReplicaDividingType::Static,
+            200,
+        );
+        let fwk = profile_with(&fake_registry(), "percentageofclusterstoscore: 50", false);
+        let state = CycleState::new();
+        let mut offset = FilterOffset::default();
+        let first = schedule(&fwk, &state, &mut offset, &sub, &clusters, Some(&inv))
+            .await
+            .expect("schedules");
+        assert_eq!(first.feasible_clusters, 100);
+        assert_eq!(first.suggested.binding_clusters[0], "ns/c000");
+        assert_eq!(offset.get(), 100);
+        let second = schedule(&fwk, &state, &mut offset, &sub, &clusters, Some(&inv))
+            .await
+            .expect("schedules");
+        assert_eq!(second.suggested.binding_clusters[0], "ns/c100");
+        assert_eq!(
+            second.suggested.replicas[&deploy().key()]
+                .iter()
+                .sum::<i32>(),
+            200
+        );
+        assert_eq!(offset.get(), 0);
+    }
+
+    #[tokio::test]
+    async fn prefilter_unschedulable_marks_every_candidate() {
+        use crate::scheduler::framework::{Plugin, PreFilterPlugin};
+        struct Closed;
+        impl Plugin for Closed {
+            fn name(&self) -> &str {
+                "Closed"
+            }
+            fn as_pre_filter(self: Arc<Self>) -> Option<Arc<dyn PreFilterPlugin>> {
+                Some(self)
+            }
+        }
+        impl PreFilterPlugin for Closed {
+            fn pre_filter(&self, _: &CycleState, _: &Subscription) -> Result<(), Status> {
+                Err(Status::unschedulable("window closed"))
+            }
+        }
+        let mut registry = fake_registry();
+        registry
+            .register("Closed", |_: &serde_json::Value| {
+                Ok(Arc::new(Closed) as Arc<dyn Plugin>)
+            })
+            .expect("registers");
+        let fwk = profile_with(
+            &registry,
+            "profiles: [{plugins: {preFilter: {enabled: [{name: Closed}]}}}]",
+            false,
+        );
+        let clusters = [cluster("a", "c1", &[]), cluster("a", "c2", &[])];
+        let err = run(
+            &fwk,
+            &subscription(vec![subscriber(&[], 0)]),
+            &clusters,
+            None,
+        )
+        .await
+        .expect_err("closed");
+        assert_eq!(
+            err.to_string(),
+            "0/2 clusters are available: 2 window closed."
+        );
+    }
+
+    fn arb_cluster(i: usize) -> impl Strategy<Value = ManagedCluster> {
+        (
+            prop::sample::select(vec!["east", "west"]),
+            prop::option::of(prop::sample::select(vec![
+                ("hard", "NoSchedule"),
+                ("hard", "NoExecute"),
+                ("soft", "PreferNoSchedule"),
+                ("ok", "NoSchedule"),
+            ])),
+        )
+            .prop_map(move |(region, taint)| {
+                let c = cluster(
+                    &format!("ns{}", i % 3),
+                    &format!("c{i}"),
+                    &[("region", region)],
+                );
+                match taint {
+                    Some((key, effect)) => tainted(c, key, effect),
+                    None => c,
+                }
+            })
+    }
+
+    fn arb_clusters() -> impl Strategy<Value = Vec<ManagedCluster>> {
+        (1..12_usize).prop_flat_map(|n| (0..n).map(arb_cluster).collect::<Vec<_>>())
+    }
+
+    proptest! {
+        /// Whatever the clusters, never bind one with an untolerated NoSchedule/NoExecute taint
+        /// or one outside the affinity; static replicas always add up.
+        #[test]
+        fn never_binds_filtered_out_clusters(clusters in arb_clusters(), desired in 0..50_i32, dividing_on in any::<bool>()) {
+            let mut sub = subscription(vec![subscriber(&[("region", "east")], 2)]);
+            // `ok` is tolerated, `hard` is not.
+            sub.spec.cluster_tolerations = vec![Toleration {
+                key: Some("ok".into()),
+                operator: Some("Exists".into()),
+                ..Default::default()
+            }];
+            let (sub, inv) = if dividing_on {
+                let (s, i) = dividing(sub, ReplicaDividingType::Static, desired);
+                (s, Some(i))
+            } else {
+                (sub, None)
+            };
+            let rt = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+            let fwk = default_profile();
+            let outcome = rt.block_on(run(&fwk, &sub, &clusters, inv.as_ref()));
+            let allowed: BTreeSet<String> = clusters
+                .iter()
+                .filter(|c| labels_of(c).get("region").is_some_and(|r| r == "east"))
+                .filter(|c| !c.spec.taints.iter().any(|t| t.key == "hard"))
+                .map(cluster_key)
+                .collect();
+            match outcome {
+                Ok(result) => {
+                    let bound: BTreeSet<String> = result.suggested.binding_clusters.iter().cloned().collect();
+                    prop_assert_eq!(&bound, &allowed);
+                    if dividing_on {
+                        let replicas = &result.suggested.replicas[&deploy().key()];
+                        prop_assert_eq!(replicas.iter().sum::<i32>(), desired);
+                    }
+                }
+                Err(e) => {
+                    prop_assert!(e.is_fit_error(), "{}", e);
+                    prop_assert!(allowed.is_empty());
+                }
+            }
+        }
+    }
+}

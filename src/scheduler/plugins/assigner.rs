@@ -1,0 +1,641 @@
+//! `StaticAssigner` and `DynamicAssigner` (scheduler.md §5.6): how `Dividing` Subscriptions split
+//! each workload feed's desired replicas among the selected clusters.
+//!
+//! Upstream: `framework/plugins/defaultassigner/{static,dynamic,algorithm}.go`. The arithmetic is
+//! Go's with two deliberate differences:
+//! - remainder ordering uses a stable sort (ties keep cluster order). Go's `sort.Slice` is only
+//!   stable up to 12 elements (insertion sort), so results agree there and are deterministic
+//!   beyond;
+//! - Dynamic division multiplies and sums in 64 bits. Go multiplies `capacity * desired` and sums
+//!   capacities in `int32`, which wraps (to garbage, even negative replicas) once the product
+//!   passes 2^31, e.g. 50 000 replicas on a cluster predicting 50 000.
+
+use std::sync::Arc;
+
+use crate::apis::{
+    DynamicDividingStrategy, Feed, FeedInventory, ManagedCluster, ReplicaDividingType, Subscriber,
+    Subscription,
+};
+use crate::scheduler::framework::{
+    AssignPlugin, CycleState, Plugin, PreAssignPlugin, Status, TargetClusters,
+};
+use crate::scheduler::labels::Selector;
+use crate::scheduler::plugins::names;
+
+fn dividing_type(sub: &Subscription) -> Option<ReplicaDividingType> {
+    sub.spec.dividing_scheduling.as_ref().map(|d| d.type_)
+}
+
+fn clamp_i32(v: i64) -> i32 {
+    i32::try_from(v).unwrap_or(if v < 0 { i32::MIN } else { i32::MAX })
+}
+
+/// Static weight of each cluster: the sum of `weight` over subscribers with `weight > 0` whose
+/// affinity matches the cluster's labels (a subscriber with an invalid selector counts for no
+/// cluster, as in Go).
+pub fn static_weights(subscribers: &[Subscriber], clusters: &[&ManagedCluster]) -> Vec<i64> {
+    let selectors: Vec<(i64, Selector)> = subscribers
+        .iter()
+        .filter(|s| s.weight > 0)
+        .filter_map(|s| {
+            Selector::from_label_selector(&s.cluster_affinity)
+                .ok()
+                .map(|sel| (i64::from(s.weight), sel))
+        })
+        .collect();
+    let empty = Default::default();
+    clusters
+        .iter()
+        .map(|c| {
+            let labels = c.metadata.labels.as_ref().unwrap_or(&empty);
+            selectors
+                .iter()
+                .filter(|(_, sel)| sel.matches(labels))
+                .map(|(w, _)| *w)
+                .sum()
+        })
+        .collect()
+}
+
+/// Divides `desired` replicas by static weights: `floor(w * D / S)` each, then one more for the
+/// first `D - sum` clusters by weight descending (ties: lower index first). All zeros when the
+/// weights sum to 0 (callers produce no replicas then).
+pub fn static_divide_replicas(desired: i32, weights: &[i64]) -> Vec<i32> {
+    let total: i64 = weights.iter().sum();
+    if total == 0 {
+        return vec![0; weights.len()];
+    }
+    let d = i64::from(desired);
+    let mut result: Vec<i64> = weights.iter().map(|w| w * d / total).collect();
+    let remain = d - result.iter().sum::<i64>();
+    if remain > 0 {
+        let mut order: Vec<usize> = (0..weights.len()).collect();
+        order.sort_by(|&a, &b| weights[b].cmp(&weights[a]));
+        for &i in order.iter().take(usize::try_from(remain).unwrap_or(0)) {
+            result[i] += 1;
+        }
+    }
+    result.into_iter().map(clamp_i32).collect()
+}
+
+/// Divides `desired` (negative to scale down) in proportion to `max_available`
+/// (Go's `dynamicDivideReplicas`). If capacities sum to 0 or `desired` exceeds their sum, every
+/// cluster gets its full capacity (the total may then stay below `desired`). Otherwise each gets
+/// `trunc(w * D / S)` and the remainder goes one by one to the largest fractional parts (ties:
+/// lower index first), subtracting when the remainder is negative.
+pub fn dynamic_divide_replicas(desired: i32, max_available: &[i32]) -> Vec<i32> {
+    let total: i64 = max_available.iter().map(|&w| i64::from(w)).sum();
+    let d = i64::from(desired);
+    if total == 0 || d > total {
+        return max_available.to_vec();
+    }
+    let mut result = Vec::with_capacity(max_available.len());
+    let mut fractions = Vec::with_capacity(max_available.len());
+    for &w in max_available {
+        let product = i64::from(w) * d;
+        let share = product / total;
+        result.push(share);
+        // Go computes the fraction in float64 the same way.
+        #[allow(clippy::cast_precision_loss)]
+        fractions.push((product as f64 / total as f64 - share as f64).abs());
+    }
+    let remain = d - result.iter().sum::<i64>();
+    let mut order: Vec<usize> = (0..max_available.len()).collect();
+    order.sort_by(|&a, &b| fractions[b].total_cmp(&fractions[a]));
+    let step = remain.signum();
+    for &i in order
+        .iter()
+        .take(usize::try_from(remain.unsigned_abs()).unwrap_or(usize::MAX))
+    {
+        result[i] += step;
+    }
+    result.into_iter().map(clamp_i32).collect()
+}
+
+/// Divides by subscriber weights (`dividingScheduling.type: Static`).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct StaticAssigner;
+
+impl Plugin for StaticAssigner {
+    fn name(&self) -> &str {
+        names::STATIC_ASSIGNER
+    }
+    fn as_assign(self: Arc<Self>) -> Option<Arc<dyn AssignPlugin>> {
+        Some(self)
+    }
+}
+
+impl AssignPlugin for StaticAssigner {
+    fn assign(
+        &self,
+        _state: &CycleState,
+        sub: &Subscription,
+        inventory: &FeedInventory,
+        available: &TargetClusters,
+        clusters: &[&ManagedCluster],
+    ) -> Result<TargetClusters, Status> {
+        if dividing_type(sub) != Some(ReplicaDividingType::Static) {
+            return Err(Status::skip(""));
+        }
+        let mut result =
+            TargetClusters::new(available.binding_clusters.clone(), Default::default());
+        let weights = static_weights(&sub.spec.subscribers, clusters);
+        if weights.iter().sum::<i64>() == 0 {
+            return Ok(result);
+        }
+        for feed in &sub.spec.feeds {
+            let desired = inventory
+                .spec
+                .feeds
+                .iter()
+                .find(|order| order.feed == *feed)
+                .and_then(|order| order.desired_replicas);
+            let replicas = match desired {
+                Some(d) => static_divide_replicas(d, &weights),
+                None => Vec::new(),
+            };
+            result.replicas.insert(feed.key(), replicas);
+        }
+        Ok(result)
+    }
+}
+
+/// Cycle-state key of the deviations computed at PreAssign.
+const PRE_ASSIGN_STATE_KEY: &str = "PreAssignDynamicAssigner";
+
+/// One FeedInventory feed and how many replicas it lacks (negative: has too many); `None` for
+/// feeds without `desiredReplicas`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Deviation {
+    feed: Feed,
+    replicas: Option<i32>,
+}
+
+/// Divides by predicted capacity (`dividingScheduling.type: Dynamic`), moving only the
+/// difference between desired and currently assigned replicas.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct DynamicAssigner;
+
+impl Plugin for DynamicAssigner {
+    fn name(&self) -> &str {
+        names::DYNAMIC_ASSIGNER
+    }
+    fn as_pre_assign(self: Arc<Self>) -> Option<Arc<dyn PreAssignPlugin>> {
+        Some(self)
+    }
+    fn as_assign(self: Arc<Self>) -> Option<Arc<dyn AssignPlugin>> {
+        Some(self)
+    }
+}
+
+const MISSING_DYNAMIC_DIVIDING: &str =
+    "must specify field DynamicDividing when dividing type is dynamic";
+
+impl PreAssignPlugin for DynamicAssigner {
+    fn pre_assign(
+        &self,
+        state: &CycleState,
+        sub: &Subscription,
+        inventory: &FeedInventory,
+        _available: &TargetClusters,
+        _clusters: &[&ManagedCluster],
+    ) -> Result<(), Status> {
+        let Some(dividing) = &sub.spec.dividing_scheduling else {
+            return Ok(());
+        };
+        if dividing.type_ != ReplicaDividingType::Dynamic {
+            return Ok(());
+        }
+        if dividing.dynamic_dividing.is_none() {
+            return Err(Status::error(MISSING_DYNAMIC_DIVIDING));
+        }
+        let current = sub.status.as_ref().map(|s| &s.replicas);
+        let deviations: Vec<Deviation> = inventory
+            .spec
+            .feeds
+            .iter()
+            .map(|order| Deviation {
+                feed: order.feed.clone(),
+                replicas: order.desired_replicas.map(|desired| {
+                    // Go sums in int32 (wrapping); replica counts never get near that.
+                    let assigned = current
+                        .and_then(|r| r.get(&order.feed.key()))
+                        .map_or(0, |v| v.iter().fold(0_i32, |a, b| a.wrapping_add(*b)));
+                    desired.wrapping_sub(assigned)
+                }),
+            })
+            .collect();
+        state.write(PRE_ASSIGN_STATE_KEY, deviations);
+        Ok(())
+    }
+}
+
+impl AssignPlugin for DynamicAssigner {
+    fn assign(
+        &self,
+        state: &CycleState,
+        sub: &Subscription,
+        _inventory: &FeedInventory,
+        available: &TargetClusters,
+        _clusters: &[&ManagedCluster],
+    ) -> Result<TargetClusters, Status> {
+        if dividing_type(sub) != Some(ReplicaDividingType::Dynamic) {
+            return Err(Status::skip(""));
+        }
+        let deviations = state
+            .read::<Vec<Deviation>>(PRE_ASSIGN_STATE_KEY)
+            .ok_or_else(|| {
+                Status::error(format!(
+                    "error reading {PRE_ASSIGN_STATE_KEY:?} from cycleState: not found"
+                ))
+            })?;
+        let strategy = sub
+            .spec
+            .dividing_scheduling
+            .as_ref()
+            .and_then(|d| d.dynamic_dividing.as_ref())
+            .map(|d| d.strategy)
+            .ok_or_else(|| Status::error(MISSING_DYNAMIC_DIVIDING))?;
+        Ok(dynamic_assign(sub, strategy, &deviations, available))
+    }
+}
+
+/// Go's `DynamicDivideReplicas`: starting from the current binding, scale each feed up (first
+/// schedule, or positive deviation: divide over the available capacity of the selected
+/// clusters) or down (negative deviation: divide over the current assignment), merging each
+/// feed's result in. `Binpack` changes nothing (not implemented upstream).
+fn dynamic_assign(
+    sub: &Subscription,
+    strategy: DynamicDividingStrategy,
+    deviations: &[Deviation],
+    available: &TargetClusters,
+) -> TargetClusters {
+    let (current_clusters, current_replicas) = sub
+        .status
+        .as_ref()
+        .map(|s| (s.binding_clusters.clone(), s.replicas.clone()))
+        .unwrap_or_default();
+    let mut result = TargetClusters::new(current_clusters.clone(), current_replicas.clone());
+    let spread = strategy == DynamicDividingStrategy::Spread;
+    for deviation in deviations {
+        let key = deviation.feed.key();
+        let scheduled = current_replicas.contains_key(&key);
+        let d = deviation.replicas;
+        let part = if (!scheduled || d.is_some_and(|d| d > 0)) && spread {
+            let replicas = match d {
+                Some(d) => dynamic_divide_replicas(
+                    d,
+                    available.replicas.get(&key).map_or(&[][..], Vec::as_slice),
+                ),
+                None => Vec::new(),
+            };
+            TargetClusters::new(available.binding_clusters.clone(), [(key, replicas)].into())
+        } else if d.is_some_and(|d| d < 0) && spread {
+            let replicas = match d {
+                Some(d) => dynamic_divide_replicas(
+                    d,
+                    current_replicas.get(&key).map_or(&[][..], Vec::as_slice),
+                ),
+                None => Vec::new(),
+            };
+            TargetClusters::new(current_clusters.clone(), [(key, replicas)].into())
+        } else {
+            TargetClusters::default()
+        };
+        result.merge_one_feed(&part);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apis::{
+        DividingScheduling, DynamicDividing, FeedInventorySpec, FeedOrder, SchedulingStrategy,
+        SubscriptionSpec, SubscriptionStatus,
+    };
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn static_vectors() {
+        // algorithm_test.go
+        assert_eq!(static_divide_replicas(5, &[2, 1, 0, 2]), [2, 1, 0, 2]);
+        assert_eq!(static_divide_replicas(10, &[2, 1, 2]), [4, 2, 4]);
+        assert_eq!(static_divide_replicas(6, &[2, 1, 0, 2]), [3, 1, 0, 2]);
+        assert_eq!(static_divide_replicas(5, &[5, 1, 0, 2]), [4, 0, 0, 1]);
+        assert_eq!(static_divide_replicas(12, &[1, 2]), [4, 8]);
+        assert_eq!(static_divide_replicas(12, &[1, 2, 1]), [3, 6, 3]);
+        assert_eq!(static_divide_replicas(3, &[0, 0]), [0, 0]);
+    }
+
+    #[test]
+    fn dynamic_divide_vectors() {
+        let w = [3, 6, 9];
+        assert_eq!(dynamic_divide_replicas(6, &w), [1, 2, 3]);
+        assert_eq!(dynamic_divide_replicas(2, &w), [0, 1, 1]);
+        assert_eq!(dynamic_divide_replicas(3, &w), [1, 1, 1]);
+        assert_eq!(dynamic_divide_replicas(-6, &w), [-1, -2, -3]);
+        assert_eq!(dynamic_divide_replicas(-2, &w), [0, -1, -1]);
+        assert_eq!(dynamic_divide_replicas(3, &[0, 0, 0]), [0, 0, 0]);
+        assert_eq!(dynamic_divide_replicas(6, &[1, 2, 2]), [1, 2, 2]);
+        // Where Go's int32 product would wrap.
+        assert_eq!(
+            dynamic_divide_replicas(50_000, &[50_000, 50_000]),
+            [25_000, 25_000]
+        );
+    }
+
+    fn deploy(name: &str) -> Feed {
+        Feed::new("apps/v1", "Deployment", "default", name)
+    }
+
+    fn service(name: &str) -> Feed {
+        Feed::new("v1", "Service", "default", name)
+    }
+
+    fn strings(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    /// dynamic_test.go's template: c1..c3 with f1=[1,3,0], f2=[], f3=[1,1,1].
+    fn template() -> Subscription {
+        let mut sub = Subscription::new(
+            "sub",
+            SubscriptionSpec {
+                scheduling_strategy: Some(SchedulingStrategy::Dividing),
+                dividing_scheduling: Some(DividingScheduling {
+                    type_: ReplicaDividingType::Dynamic,
+                    dynamic_dividing: Some(DynamicDividing::default()),
+                }),
+                feeds: vec![deploy("f1"), service("f2"), deploy("f3")],
+                ..Default::default()
+            },
+        );
+        sub.status = Some(SubscriptionStatus {
+            binding_clusters: strings(&["c1", "c2", "c3"]),
+            replicas: BTreeMap::from([
+                (deploy("f1").key(), vec![1, 3, 0]),
+                (service("f2").key(), vec![]),
+                (deploy("f3").key(), vec![1, 1, 1]),
+            ]),
+            ..Default::default()
+        });
+        sub
+    }
+
+    fn inventory(f1: i32, f3: i32) -> FeedInventory {
+        FeedInventory::new(
+            "sub",
+            FeedInventorySpec {
+                feeds: vec![
+                    FeedOrder {
+                        feed: deploy("f1"),
+                        desired_replicas: Some(f1),
+                        ..Default::default()
+                    },
+                    FeedOrder {
+                        feed: service("f2"),
+                        ..Default::default()
+                    },
+                    FeedOrder {
+                        feed: deploy("f3"),
+                        desired_replicas: Some(f3),
+                        ..Default::default()
+                    },
+                ],
+            },
+        )
+    }
+
+    fn available(clusters: &[&str], f1: &[i32], f3: &[i32]) -> TargetClusters {
+        TargetClusters::new(
+            strings(clusters),
+            BTreeMap::from([
+                (deploy("f1").key(), f1.to_vec()),
+                (service("f2").key(), vec![]),
+                (deploy("f3").key(), f3.to_vec()),
+            ]),
+        )
+    }
+
+    fn expected(clusters: &[&str], f1: &[i32], f3: &[i32]) -> TargetClusters {
+        available(clusters, f1, f3)
+    }
+
+    fn run_dynamic(
+        sub: &Subscription,
+        inv: &FeedInventory,
+        avail: &TargetClusters,
+    ) -> TargetClusters {
+        let state = CycleState::new();
+        DynamicAssigner
+            .pre_assign(&state, sub, inv, avail, &[])
+            .expect("pre-assign");
+        DynamicAssigner
+            .assign(&state, sub, inv, avail, &[])
+            .expect("assign")
+    }
+
+    #[test]
+    fn dynamic_assigner_scenarios() {
+        let sub = template();
+        let three = ["c1", "c2", "c3"];
+        let tens = [10, 10, 10];
+        // scale up f1
+        assert_eq!(
+            run_dynamic(&sub, &inventory(8, 3), &available(&three, &tens, &tens)),
+            expected(&three, &[3, 4, 1], &[1, 1, 1])
+        );
+        // scale up f1 and f3
+        assert_eq!(
+            run_dynamic(
+                &sub,
+                &inventory(8, 9),
+                &available(&three, &tens, &[10, 20, 30])
+            ),
+            expected(&three, &[3, 4, 1], &[2, 3, 4])
+        );
+        // scale down f1 (no available replicas needed)
+        assert_eq!(
+            run_dynamic(&sub, &inventory(2, 3), &TargetClusters::default()),
+            expected(&three, &[0, 2, 0], &[1, 1, 1])
+        );
+        // scale down f1 and f3
+        assert_eq!(
+            run_dynamic(&sub, &inventory(2, 1), &TargetClusters::default()),
+            expected(&three, &[0, 2, 0], &[0, 0, 1])
+        );
+        // scale up with a new candidate cluster
+        let new = ["c1", "c2", "c4"];
+        assert_eq!(
+            run_dynamic(
+                &sub,
+                &inventory(8, 9),
+                &available(&new, &tens, &[10, 20, 30])
+            ),
+            expected(&["c1", "c2", "c3", "c4"], &[3, 4, 0, 1], &[2, 3, 1, 3])
+        );
+        // scale up f1 with a new candidate, scale down f3
+        assert_eq!(
+            run_dynamic(
+                &sub,
+                &inventory(8, 1),
+                &available(&new, &tens, &[10, 20, 30])
+            ),
+            expected(&["c1", "c2", "c3", "c4"], &[3, 4, 0, 1], &[0, 0, 1, 0])
+        );
+        // desired equal to current: nothing moves, not even the clusters
+        assert_eq!(
+            run_dynamic(
+                &sub,
+                &inventory(4, 3),
+                &available(&new, &tens, &[10, 20, 30])
+            ),
+            expected(&three, &[1, 3, 0], &[1, 1, 1])
+        );
+    }
+
+    #[test]
+    fn dynamic_new_non_workload_feed_gets_an_empty_list() {
+        let mut sub = template();
+        sub.spec.feeds.push(service("f4"));
+        let mut inv = inventory(4, 3);
+        inv.spec.feeds.push(FeedOrder {
+            feed: service("f4"),
+            ..Default::default()
+        });
+        let got = run_dynamic(
+            &sub,
+            &inv,
+            &available(&["c1", "c2", "c4"], &[10; 3], &[10, 20, 30]),
+        );
+        let mut want = expected(&["c1", "c2", "c3"], &[1, 3, 0], &[1, 1, 1]);
+        want.replicas.insert(service("f4").key(), vec![]);
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn dynamic_first_schedule_divides_the_full_count() {
+        let mut sub = template();
+        sub.status = None;
+        let got = run_dynamic(
+            &sub,
+            &inventory(6, 2),
+            &available(&["a", "b"], &[1, 2], &[5, 5]),
+        );
+        assert_eq!(got, expected(&["a", "b"], &[1, 2], &[1, 1]));
+    }
+
+    #[test]
+    fn dynamic_requires_dynamic_dividing() {
+        let mut sub = template();
+        if let Some(d) = sub.spec.dividing_scheduling.as_mut() {
+            d.dynamic_dividing = None;
+        }
+        let state = CycleState::new();
+        let err = DynamicAssigner
+            .pre_assign(
+                &state,
+                &sub,
+                &inventory(1, 1),
+                &TargetClusters::default(),
+                &[],
+            )
+            .expect_err("must fail");
+        assert_eq!(err.message(), MISSING_DYNAMIC_DIVIDING);
+        // Static subscriptions are not the dynamic assigner's business.
+        let mut sub = template();
+        sub.spec.dividing_scheduling = Some(DividingScheduling::default());
+        assert!(
+            DynamicAssigner
+                .pre_assign(
+                    &state,
+                    &sub,
+                    &inventory(1, 1),
+                    &TargetClusters::default(),
+                    &[]
+                )
+                .is_ok()
+        );
+        assert_eq!(
+            DynamicAssigner
+                .assign(
+                    &state,
+                    &sub,
+                    &inventory(1, 1),
+                    &TargetClusters::default(),
+                    &[]
+                )
+                .expect_err("skips")
+                .code(),
+            crate::scheduler::framework::Code::Skip
+        );
+    }
+
+    #[test]
+    fn binpack_changes_nothing() {
+        let sub = template();
+        let devs = vec![Deviation {
+            feed: deploy("f1"),
+            replicas: Some(4),
+        }];
+        let avail = available(&["c1", "c2", "c3"], &[10; 3], &[10; 3]);
+        let got = dynamic_assign(&sub, DynamicDividingStrategy::Binpack, &devs, &avail);
+        assert_eq!(got, expected(&["c1", "c2", "c3"], &[1, 3, 0], &[1, 1, 1]));
+    }
+
+    proptest! {
+        /// Static division: sums to D, each share within 1 of the exact proportion, weight-0
+        /// clusters get nothing (the remainder is handed out by weight, and it is smaller than
+        /// the number of positive-weight clusters), and the result is deterministic.
+        #[test]
+        fn static_division_properties(
+            desired in 0..100_000_i32,
+            weights in proptest::collection::vec(0..1_000_i64, 1..20),
+        ) {
+            let total: i64 = weights.iter().sum();
+            prop_assume!(total > 0);
+            let r = static_divide_replicas(desired, &weights);
+            prop_assert_eq!(r.len(), weights.len());
+            prop_assert_eq!(r.iter().map(|&x| i64::from(x)).sum::<i64>(), i64::from(desired));
+            for (x, w) in r.iter().zip(&weights) {
+                #[allow(clippy::cast_precision_loss)]
+                let exact = *w as f64 * f64::from(desired) / total as f64;
+                prop_assert!((f64::from(*x) - exact).abs() < 1.0, "{} vs {}", x, exact);
+                if *w == 0 {
+                    prop_assert_eq!(*x, 0);
+                }
+                prop_assert!(*x >= 0);
+            }
+            prop_assert_eq!(static_divide_replicas(desired, &weights), r);
+        }
+
+        /// Dynamic division with 0 < D <= S: sums to D, never exceeds a cluster's capacity, each
+        /// share within 1 of the exact proportion.
+        #[test]
+        fn dynamic_division_properties(
+            capacity in proptest::collection::vec(0..10_000_i32, 1..20),
+            fraction in 0.0..=1.0_f64,
+        ) {
+            let total: i64 = capacity.iter().map(|&c| i64::from(c)).sum();
+            prop_assume!(total > 0);
+            #[allow(clippy::cast_possible_truncation, clippy::cast_precision_loss)]
+            let desired = ((total as f64 * fraction).round() as i64).clamp(1, total);
+            let desired = i32::try_from(desired).unwrap_or(i32::MAX);
+            let r = dynamic_divide_replicas(desired, &capacity);
+            prop_assert_eq!(r.iter().map(|&x| i64::from(x)).sum::<i64>(), i64::from(desired));
+            for (x, c) in r.iter().zip(&capacity) {
+                prop_assert!(*x >= 0 && x <= c, "{} of {}", x, c);
+            }
+            prop_assert_eq!(dynamic_divide_replicas(desired, &capacity), r);
+        }
+
+        /// More desired than capacity: everyone gets exactly their capacity.
+        #[test]
+        fn dynamic_division_saturates(capacity in proptest::collection::vec(0..1_000_i32, 1..10), extra in 1..1_000_i32) {
+            let total: i32 = capacity.iter().sum();
+            prop_assert_eq!(dynamic_divide_replicas(total + extra, &capacity), capacity);
+        }
+    }
+}
