@@ -17,6 +17,7 @@ pub mod apis;
 pub mod cli;
 pub mod clusters;
 pub mod config;
+pub mod deployer;
 pub mod kube_ext;
 pub mod pipeline;
 pub mod roles;

@@ -4,6 +4,7 @@
 //! (credentials revoked, cluster deleted) it says so and registers again.
 
 pub mod credentials;
+pub mod deployer;
 pub mod predictor;
 pub mod registration;
 pub mod status;
@@ -60,12 +61,17 @@ pub async fn lead(rt: &Runtime, lease_uid: &str, stop: CancellationToken) {
             let (rt, reg, round) = (rt.clone(), reg.clone(), round.clone());
             tokio::spawn(async move { credentials::publish_until_done(&rt, &reg, &round).await })
         };
+        let pull = {
+            let (rt, reg, round) = (rt.clone(), reg.clone(), round.clone());
+            tokio::spawn(async move { deployer::run(&rt, &reg, round).await })
+        };
         if nodes.store.wait_until_ready().await.is_err() {
             return;
         }
         let ended = status::run(rt, &reg, nodes.store.clone(), &stop).await;
         round.cancel();
         let _ = publisher.await;
+        let _ = pull.await;
         match ended {
             Ok(()) => return,
             Err(e) => status::log_end(&e),

@@ -2,5 +2,9 @@
 //! So far: feed resolution (which Manifests a feed names) and the FeedInventory controller that
 //! feeds the scheduler's replica division (shared/spec/deployer.md §12).
 
+pub mod base;
 pub mod feedinventory;
 pub mod feeds;
+pub mod overrides;
+pub mod status;
+pub mod subscription;

@@ -32,9 +32,17 @@ pub async fn start_always_on(rt: &Runtime, role: Role) -> Result<(), StartError>
             // warm caches on every replica so a new leader starts at once
             rt.cache.watch::<crate::apis::ClusterRegistrationRequest>();
             rt.cache.watch::<crate::apis::ManagedCluster>();
-            if rt.config.gate(crate::apis::known::FEED_INVENTORY) {
+            if rt.config.gate(crate::apis::known::FEED_INVENTORY)
+                || rt.config.gate(crate::apis::known::DEPLOYER)
+            {
                 rt.cache.watch::<crate::apis::Subscription>();
                 rt.cache.watch::<crate::apis::Manifest>();
+            }
+            if rt.config.gate(crate::apis::known::DEPLOYER) {
+                rt.cache.watch::<crate::apis::Base>();
+                rt.cache.watch::<crate::apis::Description>();
+                rt.cache.watch::<crate::apis::Localization>();
+                rt.cache.watch::<crate::apis::Globalization>();
             }
         }
         Role::Scheduler => {
@@ -53,19 +61,27 @@ pub async fn lead(rt: &Runtime, role: Role, leadership: Leadership, token: Cance
     match role {
         Role::Agent => crate::agent::lead(rt, &leadership.lease_uid, token).await,
         Role::Controller => {
-            warn!(
-                "the distribution pipeline (Deployer) is not built yet: running registration, cluster lifecycle and FeedInventory only"
-            );
-            let inventory = rt.config.gate(crate::apis::known::FEED_INVENTORY).then(|| {
-                let (rt, token) = (rt.clone(), token.clone());
-                tokio::spawn(async move { crate::pipeline::feedinventory::run(rt, token).await })
-            });
-            crate::clusters::run(rt, token).await;
-            if let Some(t) = inventory {
-                let _ = t.await;
+            let mut tasks = tokio::task::JoinSet::new();
+            type Start = fn(Runtime, CancellationToken) -> futures::future::BoxFuture<'static, ()>;
+            let mut spawn = |f: Start| {
+                tasks.spawn(f(rt.clone(), token.clone()));
+            };
+            if rt.config.gate(crate::apis::known::FEED_INVENTORY) {
+                spawn(|rt, t| Box::pin(crate::pipeline::feedinventory::run(rt, t)));
             }
+            if rt.config.gate(crate::apis::known::DEPLOYER) {
+                spawn(|rt, t| Box::pin(crate::pipeline::subscription::run(rt, t)));
+                spawn(|rt, t| Box::pin(crate::pipeline::base::run(rt, t)));
+                spawn(|rt, t| Box::pin(crate::pipeline::status::run(rt, t)));
+                spawn(|rt, t| Box::pin(crate::deployer::push::run(rt, t)));
+            } else {
+                warn!("feature gate Deployer is off: no distribution pipeline");
+            }
+            crate::clusters::run(rt, token).await;
+            while tasks.join_next().await.is_some() {}
         }
-        Role::Scheduler | Role::Hub => {
+        Role::Scheduler => crate::scheduler::controller::run(rt.clone(), token).await,
+        Role::Hub => {
             warn!(%role, "this build has no {role} controllers yet: holding the lease only");
             token.cancelled().await;
         }

@@ -3,6 +3,7 @@
 
 pub mod bus;
 pub mod cache;
+pub mod events;
 pub mod health;
 pub mod leader;
 pub mod serving;

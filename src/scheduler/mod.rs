@@ -49,9 +49,12 @@
 pub mod algorithm;
 pub mod binder;
 pub mod config;
+pub mod controller;
 pub mod framework;
 pub mod labels;
 pub mod plugins;
+pub mod predictor_client;
+pub mod queue;
 
 pub use algorithm::{FilterOffset, FitError, ScheduleError, ScheduleResult, schedule};
 pub use binder::{binding_status, feeds_match_inventory, needs_scheduling};

@@ -352,7 +352,7 @@ impl TestEnv {
             // approvers with separate Leases would race. A watchdog ends it with the test binary.
             let log = self.dir.join("logs").join(format!("controller-{}.log", std::process::id()));
             let script = format!(
-                "{bin} --role=controller --kubeconfig={kc} --health-bind-address=127.0.0.1:0 \
+                "{bin} --role=controller,scheduler --kubeconfig={kc} --health-bind-address=127.0.0.1:0 \
                  --leader-elect-lease-duration=4s --leader-elect-renew-deadline=3s --leader-elect-retry-period=500ms \
                  >{log} 2>&1 & pid=$!; while kill -0 {owner} 2>/dev/null && kill -0 $pid 2>/dev/null; do sleep 0.5; done; kill $pid 2>/dev/null",
                 bin = env!("CARGO_BIN_EXE_clusternet"),

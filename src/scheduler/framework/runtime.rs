@@ -7,6 +7,9 @@
 //! `clusternet_scheduler_framework_extension_point_duration_seconds` and every plugin call
 //! `clusternet_scheduler_plugin_execution_duration_seconds`.
 
+/// What every predict plugin said about one cluster.
+type PredictOutcomes = Vec<(String, Result<FeedReplicas, Status>)>;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -384,12 +387,16 @@ impl Framework {
     ) -> Result<Vec<FeedReplicas>, PluginFailure> {
         let start = Instant::now();
         let feeds = inventory.spec.feeds.len();
-        let mut stream = futures::stream::iter(
-            clusters
-                .iter()
-                .map(|cluster| self.predict_one(state, sub, inventory, cluster)),
-        )
-        .buffered(self.options.parallelism.max(1));
+        // Boxed up front: a lazily mapping closure inside the stream would keep the whole
+        // scheduling future from being provably Send (rustc's higher-ranked lifetime limits).
+        let pending: Vec<futures::future::BoxFuture<'_, PredictOutcomes>> = clusters
+            .iter()
+            .map(|cluster| {
+                Box::pin(self.predict_one(state, sub, inventory, cluster))
+                    as futures::future::BoxFuture<'_, PredictOutcomes>
+            })
+            .collect();
+        let mut stream = futures::stream::iter(pending).buffered(self.options.parallelism.max(1));
 
         let total_tolerations = i64::try_from(clusters.len())
             .unwrap_or(i64::MAX)

@@ -1,0 +1,74 @@
+//! The agent's Pull deployer (shared/spec/agent.md §3, deployer.md §9): when this agent is the
+//! deployer (Pull, or Dual without AppPusher) it watches the Descriptions of its dedicated
+//! namespace in the parent and applies them to the child with the child's app-deployer
+//! credentials (falling back to its own when those are not installed).
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
+use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::watcher;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::registration::Registration;
+use crate::apis::Description;
+use crate::apis::known;
+use crate::deployer::description::{self, DeployError};
+use crate::deployer::generic::ChildCluster;
+use crate::deployer::who;
+use crate::runtime::{self, Runtime};
+
+pub const FIELD_MANAGER: &str = "clusternet/agent/deployer";
+
+/// The child client objects are applied with: the `clusternet-app-deployer` token when present.
+async fn child_client(rt: &Runtime) -> kube::Client {
+    let secrets: Api<Secret> = Api::namespaced(rt.client.clone(), &rt.config.system_namespace);
+    if let Ok(Some(s)) = secrets.get_opt(known::CLUSTERNET_APP_SA).await {
+        let data = s.data.unwrap_or_default();
+        if let (Some(token), Some(ca)) = (data.get("token"), data.get("ca.crt")) {
+            match runtime::token_client(
+                &rt.cluster_url,
+                &String::from_utf8_lossy(&token.0),
+                Some(&ca.0),
+            ) {
+                Ok(c) => return c,
+                Err(e) => {
+                    warn!(error = %e, "cannot use the clusternet-app-deployer credentials; deploying with the agent's own")
+                }
+            }
+        }
+    }
+    rt.client.clone()
+}
+
+pub async fn run(rt: &Runtime, reg: &Registration, stop: CancellationToken) {
+    if !who::agent_deploys(
+        &rt.config.cluster_sync_mode,
+        rt.config.gate(known::APP_PUSHER),
+    ) {
+        info!(mode = %rt.config.cluster_sync_mode, "the parent deploys into this cluster (Push/Dual with AppPusher)");
+        return;
+    }
+    info!(namespace = %reg.namespace, "deploying Descriptions into this cluster (Pull)");
+    let child = Arc::new(ChildCluster::new(child_client(rt).await, FIELD_MANAGER));
+    let api: Api<Description> = Api::namespaced(reg.parent.clone(), &reg.namespace);
+    let ctx = Arc::new((child, api.clone()));
+    Controller::new(api, watcher::Config::default())
+        .with_config(controller::Config::default().concurrency(4))
+        .graceful_shutdown_on(async move { stop.cancelled().await })
+        .run(
+            |desc, ctx: Arc<(Arc<ChildCluster>, Api<Description>)>| async move {
+                description::reconcile(&ctx.0, &ctx.1, desc).await
+            },
+            |desc, err: &DeployError, _| {
+                warn!(description = %kube::ResourceExt::name_any(desc.as_ref()), error = %err, "deploying failed; retrying");
+                Action::requeue(std::time::Duration::from_secs(3))
+            },
+            ctx,
+        )
+        .for_each(|_| async {})
+        .await;
+}

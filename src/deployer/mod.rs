@@ -1,0 +1,7 @@
+//! Applying Descriptions to a child cluster (shared/spec/deployer.md §8-§11), shared by the agent
+//! (Pull, and Dual without AppPusher) and the parent (Push, and Dual with AppPusher).
+
+pub mod description;
+pub mod generic;
+pub mod push;
+pub mod who;

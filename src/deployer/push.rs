@@ -1,0 +1,141 @@
+//! The parent's side of deploying (shared/spec/deployer.md §9, §11): for clusters in Push mode, or
+//! Dual with AppPusher, the controller applies Descriptions to the child with the child's
+//! `child-cluster-deployer` credentials; for any cluster that is lost or gone, a deleted
+//! Description's finalizer is released without touching the child.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
+use kube::api::Api;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::Store;
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use super::description::{self, DeployError};
+use super::generic::ChildCache;
+use super::who;
+use crate::apis::known;
+use crate::apis::{Description, ManagedCluster};
+use crate::runtime::{self, Runtime};
+
+pub const FIELD_MANAGER: &str = "clusternet/controller/deployer";
+
+#[derive(Debug, thiserror::Error)]
+pub enum PushError {
+    #[error(transparent)]
+    Deploy(#[from] DeployError),
+    #[error("Description {desc}: ManagedClusterNotFound: {message}")]
+    Cluster { desc: String, message: String },
+    #[error("Description {desc}: child credentials: {message}")]
+    Credentials { desc: String, message: String },
+}
+
+struct Ctx {
+    rt: Runtime,
+    clusters: Store<ManagedCluster>,
+    children: ChildCache,
+}
+
+pub async fn run(rt: Runtime, stop: CancellationToken) {
+    let descs = rt.cache.watch::<Description>();
+    let clusters = rt.cache.watch::<ManagedCluster>();
+    let _ = clusters.store.wait_until_ready().await;
+    let ctx = Arc::new(Ctx {
+        rt,
+        clusters: clusters.store.clone(),
+        children: ChildCache::default(),
+    });
+    crate::clusters::run_controller("description-push", descs, 8, stop, move |desc| {
+        let ctx = ctx.clone();
+        async move { reconcile(&ctx, desc).await }
+    })
+    .await;
+}
+
+fn cluster_of(ctx: &Ctx, desc: &Description) -> Option<Arc<ManagedCluster>> {
+    let ns = desc.namespace().unwrap_or_default();
+    let id = desc.labels().get(known::CLUSTER_ID_LABEL).cloned();
+    ctx.clusters.state().into_iter().find(|mc| {
+        mc.namespace().as_deref() == Some(ns.as_str())
+            && id.as_ref().is_none_or(|id| *id == mc.spec.cluster_id)
+    })
+}
+
+fn lost(mc: &ManagedCluster) -> bool {
+    let conditions = mc
+        .status
+        .as_ref()
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default();
+    !conditions.is_empty()
+        && !conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+async fn reconcile(ctx: &Ctx, desc: Arc<Description>) -> Result<Action, PushError> {
+    let ns = desc.namespace().unwrap_or_default();
+    let key = format!("{ns}/{}", desc.name_any());
+    let api: Api<Description> = Api::namespaced(ctx.rt.client.clone(), &ns);
+    let mc = cluster_of(ctx, &desc);
+    if desc.metadata.deletion_timestamp.is_some() && mc.as_ref().is_none_or(|mc| lost(mc)) {
+        // the child cannot be reached (or is gone): do not hold the deletion forever
+        if desc.finalizers().iter().any(|f| f == known::APP_FINALIZER) {
+            info!(description = %key, "cluster lost or gone: releasing without touching the child");
+            description::release_finalizer(&api, &desc).await?;
+        }
+        return Ok(Action::await_change());
+    }
+    let Some(mc) = mc else {
+        return Err(PushError::Cluster {
+            desc: key,
+            message: format!("no ManagedCluster in namespace {ns}"),
+        });
+    };
+    let parent_deploys = who::parent_deploys(&mc).map_err(|message| PushError::Cluster {
+        desc: key.clone(),
+        message,
+    })?;
+    if !parent_deploys {
+        return Ok(Action::requeue(Duration::from_secs(300)));
+    }
+    let secret = Api::<Secret>::namespaced(ctx.rt.client.clone(), &ns)
+        .get_opt(known::CHILD_CLUSTER_SECRET_NAME)
+        .await
+        .map_err(|e| PushError::Credentials {
+            desc: key.clone(),
+            message: e.to_string(),
+        })?
+        .ok_or_else(|| PushError::Credentials {
+            desc: key.clone(),
+            message: format!(
+                "Secret {ns}/{} is not published yet",
+                known::CHILD_CLUSTER_SECRET_NAME
+            ),
+        })?;
+    let data = secret.data.clone().unwrap_or_default();
+    let get = |k: &str| data.get(k).map(|b| b.0.clone()).unwrap_or_default();
+    let (url, token, ca) = (
+        String::from_utf8_lossy(&get(known::CLUSTER_API_SERVER_URL_KEY)).to_string(),
+        String::from_utf8_lossy(&get("token")).to_string(),
+        get("ca.crt"),
+    );
+    let fingerprint = format!("{url}|{}", secret.resource_version().unwrap_or_default());
+    let child = ctx
+        .children
+        .get_or_build(
+            &mc.spec.cluster_id,
+            &fingerprint,
+            || runtime::token_client(&url, &token, Some(&ca)).map_err(|e| e.to_string()),
+            FIELD_MANAGER,
+        )
+        .await
+        .map_err(|message| PushError::Credentials {
+            desc: key.clone(),
+            message,
+        })?;
+    Ok(description::reconcile(&child, &api, desc).await?)
+}

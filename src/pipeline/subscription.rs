@@ -1,0 +1,409 @@
+//! Subscription -> Base (shared/spec/deployer.md §2-§3): one Base per binding cluster in that
+//! cluster's dedicated namespace, carrying the Subscription's feeds, plus for Dividing
+//! Subscriptions a priority-1000 Localization per workload feed that sets the cluster's share of
+//! replicas. Bases of clusters no longer bound are deleted; deleting the Subscription deletes its
+//! Bases first (finalizer `apps.clusternet.io/finalizer`).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::finalizer::{Event, finalizer};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::apis::known;
+use crate::apis::{
+    Base, BaseSpec, FeedInventory, Localization, LocalizationSpec, OverrideConfig, OverridePolicy,
+    OverrideType, SchedulingStrategy, Subscription,
+};
+use crate::kube_ext::random_suffix;
+use crate::runtime::{Runtime, api_code};
+
+#[derive(Debug, thiserror::Error)]
+pub enum SubscriptionError {
+    #[error("Subscription {sub}: {what}: {source}")]
+    Api {
+        sub: String,
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("Subscription {sub}: {message}")]
+    Waiting { sub: String, message: String },
+    #[error("Subscription finalizer: {0}")]
+    Finalizer(String),
+}
+
+pub const FIELD_MANAGER: &str = "clusternet/controller/subscription";
+
+pub async fn run(rt: Runtime, stop: CancellationToken) {
+    let subs = rt.cache.watch::<Subscription>();
+    // a deleted Base re-triggers its Subscription (it may still be bound there)
+    let bases = rt.cache.watch::<Base>();
+    let also = futures::StreamExt::filter_map(bases.subscribe(), |b| async move {
+        let labels = b.labels();
+        let ns = labels.get(known::CONFIG_SUBSCRIPTION_NAMESPACE_LABEL)?;
+        let name = labels.get(known::CONFIG_SUBSCRIPTION_NAME_LABEL)?;
+        Some(kube::runtime::reflector::ObjectRef::new(name).within(ns))
+    });
+    let ctx = Arc::new(rt);
+    crate::clusters::run_controller_with("subscription", subs, 8, stop, also, move |sub| {
+        let ctx = ctx.clone();
+        async move { reconcile(&ctx, sub).await }
+    })
+    .await;
+}
+
+fn key(sub: &Subscription) -> String {
+    format!("{}/{}", sub.namespace().unwrap_or_default(), sub.name_any())
+}
+
+async fn reconcile(rt: &Runtime, sub: Arc<Subscription>) -> Result<Action, SubscriptionError> {
+    let ns = sub.namespace().unwrap_or_default();
+    let api: Api<Subscription> = Api::namespaced(rt.client.clone(), &ns);
+    finalizer(&api, known::APP_FINALIZER, sub, |event| async {
+        match event {
+            Event::Apply(sub) => populate(rt, &sub).await,
+            Event::Cleanup(sub) => cleanup(rt, &sub).await,
+        }
+    })
+    .await
+    .map_err(|e| SubscriptionError::Finalizer(e.to_string()))
+}
+
+fn sub_labels(sub: &Subscription) -> BTreeMap<String, String> {
+    let ns = sub.namespace().unwrap_or_default();
+    let name = sub.name_any();
+    let uid = sub.uid().unwrap_or_default();
+    let mut l = BTreeMap::from([
+        (
+            known::OBJECT_CREATED_BY_LABEL.to_string(),
+            known::CLUSTERNET_CONTROLLER_MANAGER_NAME.to_string(),
+        ),
+        (
+            known::CONFIG_KIND_LABEL.to_string(),
+            known::SUBSCRIPTION_KIND.to_string(),
+        ),
+        (known::CONFIG_NAMESPACE_LABEL.to_string(), ns.clone()),
+        (known::CONFIG_UID_LABEL.to_string(), uid.clone()),
+        (known::CONFIG_SUBSCRIPTION_NAMESPACE_LABEL.to_string(), ns),
+        (known::CONFIG_SUBSCRIPTION_UID_LABEL.to_string(), uid),
+    ]);
+    if name.len() <= known::MAX_SUBSCRIPTION_NAME_IN_LABELS {
+        l.insert(known::CONFIG_NAME_LABEL.to_string(), name.clone());
+        l.insert(known::CONFIG_SUBSCRIPTION_NAME_LABEL.to_string(), name);
+    }
+    l
+}
+
+async fn populate(rt: &Runtime, sub: &Subscription) -> Result<Action, SubscriptionError> {
+    let key = key(sub);
+    let err = |what: String| {
+        let sub = key.clone();
+        move |source| SubscriptionError::Api { sub, what, source }
+    };
+    let uid = sub.uid().unwrap_or_default();
+    let status = sub.status.clone().unwrap_or_default();
+    let all_bases: Api<Base> = Api::all(rt.client.clone());
+    let existing = all_bases
+        .list(
+            &ListParams::default()
+                .labels(&format!("{}={uid}", known::CONFIG_SUBSCRIPTION_UID_LABEL)),
+        )
+        .await
+        .map_err(err("listing Bases".into()))?
+        .items;
+    let namespaces: Api<Namespace> = Api::all(rt.client.clone());
+    let mut kept: Vec<(String, String)> = Vec::new();
+    let inventory = if sub.spec.scheduling_strategy == Some(SchedulingStrategy::Dividing) {
+        Api::<FeedInventory>::namespaced(rt.client.clone(), &sub.namespace().unwrap_or_default())
+            .get_opt(&sub.name_any())
+            .await
+            .map_err(err("reading the FeedInventory".into()))?
+    } else {
+        None
+    };
+    for (index, cluster) in status.binding_clusters.iter().enumerate() {
+        let Some((cluster_ns, _)) = cluster.split_once('/') else {
+            warn!(subscription = %key, entry = %cluster, "binding entry is not <namespace>/<name>");
+            continue;
+        };
+        let Some(ns_obj) = namespaces
+            .get_opt(cluster_ns)
+            .await
+            .map_err(err(format!("reading namespace {cluster_ns}")))?
+        else {
+            continue;
+        };
+        let ns_labels = ns_obj.labels().clone();
+        let mut labels = sub_labels(sub);
+        for l in [known::CLUSTER_ID_LABEL, known::CLUSTER_NAME_LABEL] {
+            if let Some(v) = ns_labels.get(l) {
+                labels.insert(l.to_string(), v.clone());
+            }
+        }
+        let mut mine: Vec<&Base> = existing
+            .iter()
+            .filter(|b| {
+                b.namespace().as_deref() == Some(cluster_ns)
+                    && b.metadata.deletion_timestamp.is_none()
+            })
+            .collect();
+        mine.sort_by_key(|b| {
+            std::cmp::Reverse((
+                b.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                b.name_any(),
+            ))
+        });
+        if mine.len() > 1 {
+            warn!(subscription = %key, namespace = cluster_ns, "MultipleBases: more than one Base for this cluster; using the newest");
+        }
+        let bases: Api<Base> = Api::namespaced(rt.client.clone(), cluster_ns);
+        let base = match mine.first() {
+            Some(b) => {
+                let mut merged = b.labels().clone();
+                merged.extend(labels.clone());
+                let needs = b.spec.feeds != sub.spec.feeds
+                    || &merged != b.labels()
+                    || !b.finalizers().iter().any(|f| f == known::APP_FINALIZER);
+                if needs {
+                    let mut updated = (*b).clone();
+                    updated.metadata.labels = Some(merged);
+                    updated.spec = BaseSpec {
+                        feeds: sub.spec.feeds.clone(),
+                    };
+                    let fins = updated.metadata.finalizers.get_or_insert_with(Vec::new);
+                    if !fins.iter().any(|f| f == known::APP_FINALIZER) {
+                        fins.push(known::APP_FINALIZER.to_string());
+                    }
+                    let b = bases
+                        .replace(&b.name_any(), &PostParams::default(), &updated)
+                        .await
+                        .map_err(err("updating a Base".into()))?;
+                    info!(subscription = %key, base = %format!("{cluster_ns}/{}", b.name_any()), "BaseUpdated");
+                    b
+                } else {
+                    (*b).clone()
+                }
+            }
+            None => {
+                let mut annotations = BTreeMap::new();
+                if let Some(v) = sub
+                    .annotations()
+                    .get(known::IS_DEFAULT_CLUSTER_INIT_ANNOTATION)
+                {
+                    annotations.insert(
+                        known::IS_DEFAULT_CLUSTER_INIT_ANNOTATION.to_string(),
+                        v.clone(),
+                    );
+                }
+                let mut base = Base::new(
+                    &format!("{}-{}", sub.name_any(), random_suffix(5)),
+                    BaseSpec {
+                        feeds: sub.spec.feeds.clone(),
+                    },
+                );
+                base.metadata.namespace = Some(cluster_ns.to_string());
+                base.metadata.labels = Some(labels);
+                base.metadata.annotations = (!annotations.is_empty()).then_some(annotations);
+                base.metadata.finalizers = Some(vec![known::APP_FINALIZER.to_string()]);
+                let b = bases
+                    .create(&PostParams::default(), &base)
+                    .await
+                    .map_err(err("creating a Base".into()))?;
+                info!(subscription = %key, base = %format!("{cluster_ns}/{}", b.name_any()), "BaseCreated");
+                b
+            }
+        };
+        kept.push((cluster_ns.to_string(), base.name_any()));
+        dividing_localizations(rt, sub, &base, index, inventory.as_ref()).await?;
+    }
+    for b in &existing {
+        let here = (b.namespace().unwrap_or_default(), b.name_any());
+        if !kept.contains(&here) && b.metadata.deletion_timestamp.is_none() {
+            let bases: Api<Base> = Api::namespaced(rt.client.clone(), &here.0);
+            match bases.delete(&here.1, &DeleteParams::background()).await {
+                Ok(_) => {
+                    info!(subscription = %key, base = %format!("{}/{}", here.0, here.1), "deleted a Base of an unbound cluster")
+                }
+                Err(e) if api_code(&e) == Some(404) => {}
+                Err(e) => return Err(err("deleting a Base".into())(e)),
+            }
+        }
+    }
+    Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+/// deployer.md §3: the per-cluster replica count of each workload feed, as a Localization.
+async fn dividing_localizations(
+    rt: &Runtime,
+    sub: &Subscription,
+    base: &Base,
+    index: usize,
+    inventory: Option<&FeedInventory>,
+) -> Result<(), SubscriptionError> {
+    let key = key(sub);
+    let ns = base.namespace().unwrap_or_default();
+    let sub_uid = sub.uid().unwrap_or_default();
+    let err = |what: &'static str| {
+        let sub = key.clone();
+        move |source| SubscriptionError::Api {
+            sub,
+            what: what.to_string(),
+            source,
+        }
+    };
+    let api: Api<Localization> = Api::namespaced(rt.client.clone(), &ns);
+    let existing = api
+        .list(&ListParams::default().labels(&format!(
+            "{sub_uid}={},{}={}",
+            known::SUBSCRIPTION_KIND,
+            known::OBJECT_CREATED_BY_LABEL,
+            known::CLUSTERNET_CONTROLLER_MANAGER_NAME
+        )))
+        .await
+        .map_err(err("listing dividing Localizations"))?
+        .items;
+    let mut wanted: Vec<String> = Vec::new();
+    if sub.spec.scheduling_strategy == Some(SchedulingStrategy::Dividing) {
+        let Some(inv) = inventory else {
+            return Err(SubscriptionError::Waiting {
+                sub: key,
+                message: "no FeedInventory yet".into(),
+            });
+        };
+        let replicas = sub.status.clone().unwrap_or_default().replicas;
+        for order in &inv.spec.feeds {
+            if order.desired_replicas.is_none() {
+                continue;
+            }
+            let Some(list) = replicas.get(&order.feed.key()).filter(|l| !l.is_empty()) else {
+                continue;
+            };
+            if order.replica_json_path.is_empty() {
+                warn!(subscription = %key, feed = %order.feed, "ReplicaJsonPathUnset");
+                continue;
+            }
+            let Some(count) = list.get(index) else {
+                warn!(subscription = %key, feed = %order.feed, "BadSchedulingResult: fewer replica entries than clusters");
+                continue;
+            };
+            let spec = LocalizationSpec {
+                override_policy: Some(OverridePolicy::ApplyNow),
+                overrides: vec![OverrideConfig {
+                    name: "dividing scheduling replicas".into(),
+                    value:
+                        json!([{"path": order.replica_json_path, "value": count, "op": "replace"}])
+                            .to_string(),
+                    type_: OverrideType::JsonPatch,
+                    override_chart: false,
+                    field_path: String::new(),
+                    field_format: None,
+                }],
+                priority: 1000,
+                feed: order.feed.clone(),
+            };
+            let current = existing
+                .iter()
+                .find(|l| l.spec.feed == order.feed && l.metadata.deletion_timestamp.is_none());
+            match current {
+                Some(l) if l.spec == spec => wanted.push(l.name_any()),
+                Some(l) => {
+                    let mut updated = l.clone();
+                    updated.spec = spec;
+                    api.replace(&l.name_any(), &PostParams::default(), &updated)
+                        .await
+                        .map_err(err("updating a dividing Localization"))?;
+                    wanted.push(l.name_any());
+                }
+                None => {
+                    let name = format!("{}-{}", base.name_any(), random_suffix(5));
+                    let mut loc = Localization::new(&name, spec);
+                    loc.metadata = ObjectMeta {
+                        name: Some(name.clone()),
+                        namespace: Some(ns.clone()),
+                        labels: Some(BTreeMap::from([
+                            (
+                                known::OBJECT_CREATED_BY_LABEL.to_string(),
+                                known::CLUSTERNET_CONTROLLER_MANAGER_NAME.to_string(),
+                            ),
+                            (sub_uid.clone(), known::SUBSCRIPTION_KIND.to_string()),
+                        ])),
+                        owner_references: Some(vec![OwnerReference {
+                            api_version: Base::api_version(&()).to_string(),
+                            kind: Base::kind(&()).to_string(),
+                            name: base.name_any(),
+                            uid: base.uid().unwrap_or_default(),
+                            controller: Some(true),
+                            block_owner_deletion: Some(true),
+                        }]),
+                        ..Default::default()
+                    };
+                    api.create(&PostParams::default(), &loc)
+                        .await
+                        .map_err(err("creating a dividing Localization"))?;
+                    wanted.push(name);
+                }
+            }
+        }
+    }
+    for l in existing.iter().filter(|l| !wanted.contains(&l.name_any())) {
+        match api.delete(&l.name_any(), &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(e) if api_code(&e) == Some(404) => {}
+            Err(e) => return Err(err("deleting a dividing Localization")(e)),
+        }
+    }
+    Ok(())
+}
+
+/// Deleting a Subscription: its Bases go first (their Descriptions and child objects after them).
+async fn cleanup(rt: &Runtime, sub: &Subscription) -> Result<Action, SubscriptionError> {
+    let key = key(sub);
+    let uid = sub.uid().unwrap_or_default();
+    let all: Api<Base> = Api::all(rt.client.clone());
+    let bases = all
+        .list(
+            &ListParams::default()
+                .labels(&format!("{}={uid}", known::CONFIG_SUBSCRIPTION_UID_LABEL)),
+        )
+        .await
+        .map_err(|source| SubscriptionError::Api {
+            sub: key.clone(),
+            what: "listing Bases".into(),
+            source,
+        })?
+        .items;
+    if bases.is_empty() {
+        info!(subscription = %key, "all Bases gone: releasing the Subscription");
+        return Ok(Action::await_change());
+    }
+    for b in bases
+        .iter()
+        .filter(|b| b.metadata.deletion_timestamp.is_none())
+    {
+        let api: Api<Base> = Api::namespaced(rt.client.clone(), &b.namespace().unwrap_or_default());
+        match api.delete(&b.name_any(), &DeleteParams::background()).await {
+            Ok(_) => {}
+            Err(e) if api_code(&e) == Some(404) => {}
+            Err(source) => {
+                return Err(SubscriptionError::Api {
+                    sub: key,
+                    what: "deleting a Base".into(),
+                    source,
+                });
+            }
+        }
+    }
+    Err(SubscriptionError::Waiting {
+        sub: key,
+        message: format!("waiting for {} Base(s) to be deleted", bases.len()),
+    })
+}
