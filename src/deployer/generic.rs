@@ -195,6 +195,10 @@ impl ChildCluster {
                 kube::Error::Discovery(_) => {
                     format!("the child API server does not serve kind {kind} in {api_version}: {e}")
                 }
+                kube::Error::Api(s) if s.code == 404 => format!(
+                    "the child API server does not serve kind {kind} in {api_version}: {}",
+                    s.message
+                ),
                 _ => format!("discovering {kind} in {api_version}: {e}"),
             })?;
         self.discovery.lock().await.insert(key, found.clone());

@@ -1,0 +1,574 @@
+//! The main job end to end (shared/spec/deployer.md): Manifests + a Subscription in the parent
+//! become objects in real children, through the scheduler, Bases, Descriptions and the agents
+//! (Pull) or the parent (Push); status flows back; deleting the Subscription removes everything.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use clusternet::apis::{
+    Base, Description, Globalization, Localization, ManagedCluster, Manifest, Subscription,
+};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use support::{Clusternet, TestEnv, TestNamespace, agent_args, wait_for};
+
+struct Cluster {
+    _agent: Clusternet,
+    _ns: TestNamespace,
+    child: kube::Client,
+    dedicated: String,
+}
+
+fn uid() -> String {
+    uuid::Uuid::new_v4().simple().to_string()[..6].to_string()
+}
+
+/// Gives the child's app deployer cluster-admin rights, as deploy/overlays/child does.
+async fn install_app_deployer(child: &kube::Client, ns: &str) {
+    let _ = Api::<ServiceAccount>::namespaced(child.clone(), ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "clusternet-app-deployer"}}))
+                .expect("SA"),
+        )
+        .await;
+    let _ = Api::<Secret>::namespaced(child.clone(), ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "clusternet-app-deployer",
+                "annotations": {"kubernetes.io/service-account.name": "clusternet-app-deployer"}},
+                "type": "kubernetes.io/service-account-token"}))
+            .expect("Secret"),
+        )
+        .await;
+    let _ = Api::<ClusterRoleBinding>::all(child.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": format!("clusternet-app-deployer-{ns}")},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+                "subjects": [{"kind": "ServiceAccount", "name": "clusternet-app-deployer", "namespace": ns}]}))
+            .expect("binding"),
+        )
+        .await;
+}
+
+/// Registers one agent per child in `children`, labelled `e2e=<id>` plus `extra_labels[i]`.
+async fn register(
+    env: &TestEnv,
+    id: &str,
+    children: &[usize],
+    mode: &str,
+    extra_labels: &[&str],
+) -> Vec<Cluster> {
+    let parent = env.parent().await;
+    let mut out = Vec::new();
+    for (n, &i) in children.iter().enumerate() {
+        let child = env.child(i).await;
+        let ns = TestNamespace::create(&child, &env.child_kubeconfig(i), "dist").await;
+        install_app_deployer(&child, &ns.name).await;
+        let labels = format!(
+            "--cluster-labels=e2e={id}{}",
+            extra_labels
+                .get(n)
+                .map(|l| format!(",{l}"))
+                .unwrap_or_default()
+        );
+        let args = agent_args(
+            env,
+            i,
+            &ns.name,
+            &format!("e2e-{id}-{n}"),
+            &[
+                &labels,
+                &format!("--cluster-sync-mode={mode}"),
+                "--cluster-status-update-frequency=10s",
+            ],
+        );
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let agent = Clusternet::start(&format!("agent-e2e-{id}-{n}"), &args);
+        let name = format!("e2e-{id}-{n}");
+        let mc = wait_for(
+            &format!("cluster {name} Ready"),
+            Duration::from_secs(30),
+            || async {
+                let list = Api::<ManagedCluster>::all(parent.clone())
+                    .list(
+                        &ListParams::default()
+                            .labels(&format!("clusters.clusternet.io/cluster-name={name}")),
+                    )
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let mc = list.items.into_iter().next().ok_or("no ManagedCluster")?;
+                let ready = mc
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.condition("Ready"))
+                    .is_some_and(|c| c.status == "True");
+                if ready {
+                    Ok(mc)
+                } else {
+                    Err("not Ready".to_string())
+                }
+            },
+        )
+        .await;
+        if mode != "Pull" {
+            // the parent pushes with the child's published credentials
+            let secrets: Api<Secret> =
+                Api::namespaced(parent.clone(), &mc.namespace().unwrap_or_default());
+            wait_for(
+                "child-cluster-deployer",
+                Duration::from_secs(30),
+                || async {
+                    secrets
+                        .get_opt("child-cluster-deployer")
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .map(|_| ())
+                        .ok_or("not yet".to_string())
+                },
+            )
+            .await;
+        }
+        out.push(Cluster {
+            _agent: agent,
+            _ns: ns,
+            child,
+            dedicated: mc.namespace().unwrap_or_default(),
+        });
+    }
+    out
+}
+
+fn manifest(template: Value) -> Manifest {
+    let api_version = template["apiVersion"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let (group, version) = api_version
+        .split_once('/')
+        .map(|(g, v)| (g.to_string(), v.to_string()))
+        .unwrap_or((String::new(), api_version.clone()));
+    let kind = template["kind"].as_str().unwrap_or_default().to_string();
+    let name = template["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let ns = template["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let plural = format!("{}s", kind.to_lowercase());
+    let mname = if ns.is_empty() {
+        format!("{plural}.{name}")
+    } else {
+        format!("{plural}.{ns}.{name}")
+    };
+    serde_json::from_value(json!({
+        "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Manifest",
+        "metadata": {"name": mname, "namespace": "clusternet-reserved", "labels": {
+            "apps.clusternet.io/config.group": group, "apps.clusternet.io/config.version": version,
+            "apps.clusternet.io/config.kind": kind, "apps.clusternet.io/config.name": name,
+            "apps.clusternet.io/config.namespace": ns}},
+        "template": template
+    }))
+    .expect("a Manifest")
+}
+
+fn app(appns: &str, replicas: i32) -> Vec<Value> {
+    vec![
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": appns, "labels": {"clusternet.io/created-by": "clusternet-hub"}}}),
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": appns, "labels": {"clusternet.io/created-by": "clusternet-hub"}},
+               "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}}),
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": appns, "labels": {"clusternet.io/created-by": "clusternet-hub"}},
+               "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
+                        "template": {"metadata": {"labels": {"app": "web"}},
+                                     "spec": {"containers": [{"name": "nginx", "image": "nginx:1.27",
+                                              "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}}}}),
+    ]
+}
+
+async fn create_manifests(parent: &kube::Client, objects: &[Value]) -> Vec<String> {
+    support::ensure_namespace(parent, "clusternet-reserved").await;
+    let api: Api<Manifest> = Api::namespaced(parent.clone(), "clusternet-reserved");
+    let mut names = Vec::new();
+    for o in objects {
+        let m = manifest(o.clone());
+        names.push(m.name_any());
+        api.create(&PostParams::default(), &m)
+            .await
+            .expect("creating a Manifest");
+    }
+    names
+}
+
+fn feeds(objects: &[Value]) -> Value {
+    Value::Array(
+        objects
+            .iter()
+            .map(|o| {
+                let mut f = json!({"apiVersion": o["apiVersion"], "kind": o["kind"], "name": o["metadata"]["name"]});
+                if let Some(ns) = o["metadata"]["namespace"].as_str() {
+                    f["namespace"] = json!(ns);
+                }
+                f
+            })
+            .collect(),
+    )
+}
+
+async fn deployment_replicas(child: &kube::Client, ns: &str) -> Result<(i32, i32), String> {
+    let d = Api::<Deployment>::namespaced(child.clone(), ns)
+        .get("web")
+        .await
+        .map_err(|e| e.to_string())?;
+    let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0);
+    let available = d
+        .status
+        .as_ref()
+        .and_then(|s| s.available_replicas)
+        .unwrap_or(0);
+    Ok((want, available))
+}
+
+async fn wait_gone(parent: &kube::Client, clusters: &[Cluster], appns: &str, sub_uid: &str) {
+    for c in clusters {
+        wait_for(
+            "the app to be removed from the child",
+            Duration::from_secs(60),
+            || async {
+                let d = Api::<Deployment>::namespaced(c.child.clone(), appns)
+                    .get_opt("web")
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let ns = Api::<Namespace>::all(c.child.clone())
+                    .get_opt(appns)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let ns_gone = ns.is_none_or(|n| n.metadata.deletion_timestamp.is_some());
+                if d.is_none() && ns_gone {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "deployment present: {}, namespace gone: {ns_gone}",
+                        d.is_some()
+                    ))
+                }
+            },
+        )
+        .await;
+    }
+    let sel = ListParams::default().labels(&format!("apps.clusternet.io/subs.uid={sub_uid}"));
+    wait_for(
+        "no Base or Description left",
+        Duration::from_secs(30),
+        || async {
+            let b = Api::<Base>::all(parent.clone())
+                .list(&sel)
+                .await
+                .map_err(|e| e.to_string())?
+                .items
+                .len();
+            let d = Api::<Description>::all(parent.clone())
+                .list(&sel)
+                .await
+                .map_err(|e| e.to_string())?
+                .items
+                .len();
+            if b + d == 0 {
+                Ok(())
+            } else {
+                Err(format!("{b} Bases, {d} Descriptions"))
+            }
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn replication_deploys_to_every_matching_child_follows_edits_and_cleans_up() {
+    let env = TestEnv::get();
+    env.with_controller();
+    let parent = env.parent().await;
+    let id = uid();
+    let clusters = register(env, &id, &[1, 2], "Pull", &[]).await;
+    let appns = format!("app-{id}");
+    let objects = app(&appns, 3);
+    let manifests = create_manifests(&parent, &objects).await;
+    let ns = TestNamespace::create(&parent, &env.parent_kubeconfig(), "subs").await;
+    let subs: Api<Subscription> = Api::namespaced(parent.clone(), &ns.name);
+    let sub: Subscription = serde_json::from_value(json!({
+        "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Subscription", "metadata": {"name": "app"},
+        "spec": {"subscribers": [{"clusterAffinity": {"matchLabels": {"e2e": id}}}], "feeds": feeds(&objects)}}))
+    .expect("a Subscription");
+    let started = Instant::now();
+    let sub = subs
+        .create(&PostParams::default(), &sub)
+        .await
+        .expect("creating the Subscription");
+    for c in &clusters {
+        wait_for(
+            "3/3 available in the child",
+            Duration::from_secs(60),
+            || async {
+                match deployment_replicas(&c.child, &appns).await? {
+                    (3, 3) => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            },
+        )
+        .await;
+    }
+    eprintln!(
+        "Subscription to 3/3 available in both children: {:?}",
+        started.elapsed()
+    );
+    let status = wait_for(
+        "aggregated status: both clusters available",
+        Duration::from_secs(30),
+        || async {
+            let s = subs.get("app").await.map_err(|e| e.to_string())?;
+            let st = s.status.clone().unwrap_or_default();
+            let deploy = st
+                .aggregated_statuses
+                .iter()
+                .find(|a| a.feed.kind == "Deployment")
+                .ok_or("no Deployment entry")?;
+            if deploy.feed_status_details.len() == 2
+                && deploy.feed_status_summary.available
+                && deploy.feed_status_summary.replica_status.available_replicas == 6
+            {
+                Ok(st)
+            } else {
+                Err(format!("{deploy:?}"))
+            }
+        },
+    )
+    .await;
+    assert_eq!(status.binding_clusters.len(), 2);
+    assert!(status.binding_clusters.iter().all(|b| {
+        clusters
+            .iter()
+            .any(|c| b.starts_with(&format!("{}/", c.dedicated)))
+    }));
+
+    // edit the Manifest: every child converges
+    let manifests_api: Api<Manifest> = Api::namespaced(parent.clone(), "clusternet-reserved");
+    manifests_api
+        .patch(
+            &manifests[2],
+            &PatchParams::default(),
+            &Patch::Merge(json!({"template": {"spec": {"replicas": 2}}})),
+        )
+        .await
+        .expect("editing the Manifest");
+    for c in &clusters {
+        wait_for("2/2 after the edit", Duration::from_secs(60), || async {
+            match deployment_replicas(&c.child, &appns).await? {
+                (2, 2) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+    }
+
+    // delete the Subscription: everything goes
+    subs.delete("app", &DeleteParams::default())
+        .await
+        .expect("deleting the Subscription");
+    wait_gone(&parent, &clusters, &appns, &sub.uid().unwrap_or_default()).await;
+    for m in manifests {
+        let _ = manifests_api.delete(&m, &DeleteParams::default()).await;
+    }
+}
+
+#[tokio::test]
+async fn static_dividing_pushes_two_and_four_replicas() {
+    let env = TestEnv::get();
+    env.with_controller();
+    let parent = env.parent().await;
+    let id = uid();
+    let clusters = register(env, &id, &[1, 3], "Push", &["w=1", "w=2"]).await;
+    let appns = format!("div-{id}");
+    let objects = app(&appns, 6);
+    let manifests = create_manifests(&parent, &objects).await;
+    let ns = TestNamespace::create(&parent, &env.parent_kubeconfig(), "subs").await;
+    let subs: Api<Subscription> = Api::namespaced(parent.clone(), &ns.name);
+    let sub: Subscription = serde_json::from_value(json!({
+        "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Subscription", "metadata": {"name": "divided"},
+        "spec": {"schedulingStrategy": "Dividing", "dividingScheduling": {"type": "Static"},
+            "subscribers": [{"clusterAffinity": {"matchLabels": {"e2e": id, "w": "1"}}, "weight": 1},
+                            {"clusterAffinity": {"matchLabels": {"e2e": id, "w": "2"}}, "weight": 2}],
+            "feeds": feeds(&objects)}}))
+    .expect("a Subscription");
+    let sub = subs
+        .create(&PostParams::default(), &sub)
+        .await
+        .expect("creating the Subscription");
+    for (c, want) in clusters.iter().zip([2, 4]) {
+        wait_for(
+            &format!("{want} replicas available"),
+            Duration::from_secs(60),
+            || async {
+                match deployment_replicas(&c.child, &appns).await? {
+                    (w, a) if w == want && a == want => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            },
+        )
+        .await;
+    }
+    // the parent deployed (Push): the child objects carry the controller's field manager
+    let d = Api::<Deployment>::namespaced(clusters[0].child.clone(), &appns)
+        .get("web")
+        .await
+        .expect("the Deployment");
+    let managers: Vec<String> = d
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|m| m.manager)
+        .collect();
+    assert!(
+        managers
+            .iter()
+            .any(|m| m == "clusternet/controller/deployer"),
+        "{managers:?}"
+    );
+    subs.delete("divided", &DeleteParams::default())
+        .await
+        .expect("deleting the Subscription");
+    wait_gone(&parent, &clusters, &appns, &sub.uid().unwrap_or_default()).await;
+    let manifests_api: Api<Manifest> = Api::namespaced(parent.clone(), "clusternet-reserved");
+    for m in manifests {
+        let _ = manifests_api.delete(&m, &DeleteParams::default()).await;
+    }
+}
+
+#[tokio::test]
+async fn overrides_apply_by_priority_and_a_bad_object_fails_only_its_description_entry() {
+    let env = TestEnv::get();
+    env.with_controller();
+    let parent = env.parent().await;
+    let id = uid();
+    let clusters = register(env, &id, &[2], "Pull", &[]).await;
+    let appns = format!("ovr-{id}");
+    let mut objects = app(&appns, 2);
+    objects.push(json!({"apiVersion": "example.com/v1", "kind": "NoSuchKind", "metadata": {"name": "bogus", "namespace": appns}}));
+    let manifests = create_manifests(&parent, &objects).await;
+    let dedicated = clusters[0].dedicated.clone();
+    // upstream's replication example: 600 (JSONPatch) beats 300 (MergePatch); a Globalization adds a label
+    let feed =
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "namespace": appns, "name": "web"});
+    let locs: Api<Localization> = Api::namespaced(parent.clone(), &dedicated);
+    for (name, priority, type_, value) in [
+        ("prio-600", 600, "JSONPatch", json!([{"op": "replace", "path": "/spec/replicas", "value": 3},
+                                              {"op": "add", "path": "/metadata/annotations", "value": {"from": "loc-600"}}]).to_string()),
+        ("prio-300", 300, "MergePatch", json!({"metadata": {"labels": {"from-300": "yes"}}, "spec": {"replicas": 1}}).to_string()),
+    ] {
+        let l: Localization = serde_json::from_value(json!({"apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Localization",
+            "metadata": {"name": name}, "spec": {"priority": priority, "overridePolicy": "ApplyNow", "feed": feed,
+            "overrides": [{"name": name, "type": type_, "value": value}]}}))
+        .expect("a Localization");
+        locs.create(&PostParams::default(), &l).await.expect("creating a Localization");
+    }
+    let globs: Api<Globalization> = Api::all(parent.clone());
+    let gname = format!("glob-{id}");
+    let g: Globalization = serde_json::from_value(json!({"apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Globalization",
+        "metadata": {"name": gname}, "spec": {"priority": 900, "overridePolicy": "ApplyNow", "feed": feed,
+        "clusterAffinity": {"matchLabels": {"e2e": id}},
+        "overrides": [{"name": "glob", "type": "MergePatch", "value": "{\"metadata\":{\"labels\":{\"from-glob\":\"yes\"}}}"}]}}))
+    .expect("a Globalization");
+    globs
+        .create(&PostParams::default(), &g)
+        .await
+        .expect("creating the Globalization");
+
+    let ns = TestNamespace::create(&parent, &env.parent_kubeconfig(), "subs").await;
+    let subs: Api<Subscription> = Api::namespaced(parent.clone(), &ns.name);
+    let sub: Subscription = serde_json::from_value(json!({
+        "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Subscription", "metadata": {"name": "ovr"},
+        "spec": {"subscribers": [{"clusterAffinity": {"matchLabels": {"e2e": id}}}], "feeds": feeds(&objects)}}))
+    .expect("a Subscription");
+    let sub = subs
+        .create(&PostParams::default(), &sub)
+        .await
+        .expect("creating the Subscription");
+    let child = &clusters[0].child;
+    let d = wait_for(
+        "the overridden Deployment",
+        Duration::from_secs(60),
+        || async {
+            let d = Api::<Deployment>::namespaced(child.clone(), &appns)
+                .get_opt("web")
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or("not yet")?;
+            let labels = d.labels();
+            if d.spec.as_ref().and_then(|s| s.replicas) == Some(3)
+                && labels.contains_key("from-300")
+                && labels.contains_key("from-glob")
+            {
+                Ok(d)
+            } else {
+                Err(format!(
+                    "replicas {:?}, labels {:?}",
+                    d.spec.as_ref().and_then(|s| s.replicas),
+                    labels
+                ))
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        d.annotations().get("from").map(String::as_str),
+        Some("loc-600")
+    );
+    assert!(
+        d.annotations()
+            .contains_key("apps.clusternet.io/owned-by-description")
+    );
+    assert!(
+        d.annotations()
+            .contains_key("clusternet.io/last-applied-configuration")
+    );
+    // the unknown kind fails the Description with the reason, and the rest still deployed
+    let descs: Api<Description> = Api::namespaced(parent.clone(), &dedicated);
+    wait_for(
+        "the Description to report the bad object",
+        Duration::from_secs(30),
+        || async {
+            let list = descs
+                .list(&ListParams::default().labels(&format!(
+                    "apps.clusternet.io/subs.uid={}",
+                    sub.uid().unwrap_or_default()
+                )))
+                .await
+                .map_err(|e| e.to_string())?;
+            let d = list.items.into_iter().next().ok_or("no Description")?;
+            let st = d.status.unwrap_or_default();
+            let phase = st.phase.map(|p| p.as_str().to_string()).unwrap_or_default();
+            if phase == "Failure" && st.reason.contains("NoSuchKind") {
+                Ok(())
+            } else {
+                Err(format!("{phase}: {}", st.reason))
+            }
+        },
+    )
+    .await;
+    subs.delete("ovr", &DeleteParams::default())
+        .await
+        .expect("deleting the Subscription");
+    wait_gone(&parent, &clusters, &appns, &sub.uid().unwrap_or_default()).await;
+    let _ = globs.delete(&gname, &DeleteParams::default()).await;
+    let manifests_api: Api<Manifest> = Api::namespaced(parent.clone(), "clusternet-reserved");
+    for m in manifests {
+        let _ = manifests_api.delete(&m, &DeleteParams::default()).await;
+    }
+}
