@@ -65,7 +65,7 @@ pub async fn lead(rt: &Runtime, lease_uid: &str, stop: CancellationToken) {
             let (rt, reg, round) = (rt.clone(), reg.clone(), round.clone());
             tokio::spawn(async move { deployer::run(&rt, &reg, round).await })
         };
-        if nodes.store.wait_until_ready().await.is_err() {
+        if !nodes.ready().await {
             return;
         }
         let ended = status::run(rt, &reg, nodes.store.clone(), &stop).await;

@@ -67,7 +67,7 @@ pub async fn run_controller_with<K, R, Fut, E, S>(
     Fut: Future<Output = Result<Action, E>> + Send + 'static,
     E: std::error::Error + Send + Sync + 'static,
 {
-    if shared.store.wait_until_ready().await.is_err() {
+    if !shared.ready().await {
         return;
     }
     let reconcile = Arc::new(reconcile);

@@ -42,7 +42,7 @@ struct Ctx {
 pub async fn run(rt: Runtime, stop: CancellationToken) {
     let descs = rt.cache.watch::<Description>();
     let clusters = rt.cache.watch::<ManagedCluster>();
-    let _ = clusters.store.wait_until_ready().await;
+    let _ = clusters.ready().await;
     let ctx = Arc::new(Ctx {
         rt,
         clusters: clusters.store.clone(),

@@ -59,10 +59,7 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     let locs = rt.cache.watch::<Localization>();
     let globs = rt.cache.watch::<Globalization>();
     let clusters = rt.cache.watch::<ManagedCluster>();
-    for s in [
-        manifests.store.wait_until_ready().await.is_ok(),
-        locs.store.wait_until_ready().await.is_ok(),
-    ] {
+    for s in [manifests.ready().await, locs.ready().await] {
         if !s {
             return;
         }

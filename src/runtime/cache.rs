@@ -1,9 +1,11 @@
 //! The process-wide informer cache: one watch per kind, shared by every subsystem of the process.
 //!
 //! Subsystems ask for a kind with [`SharedCache::watch`]; the first caller starts the reflector,
-//! later callers get the same [`Store`] plus their own subscription to its change stream
-//! (kube's shared reflector streams). Each cache registers a readiness check, so `/readyz` turns
-//! green only after every cache a role needs has listed once.
+//! later callers get the same [`Store`] plus their own subscription to its changes. Changes fan
+//! out over a bounded broadcast that never blocks the reflector: a subscriber that falls behind
+//! gets every object of the store again instead of the changes it missed, so nothing is lost and
+//! one slow consumer cannot stall the cache for everybody. Each cache registers a readiness check,
+//! so `/readyz` turns green only after every cache a role needs has listed once.
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -12,7 +14,7 @@ use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
-use kube::runtime::reflector::{self, ReflectHandle, Store};
+use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
@@ -21,8 +23,8 @@ use tracing::debug;
 
 use super::health::Readiness;
 
-/// How many change events a slow subscriber may lag behind before it holds the reflector up.
-const SUBSCRIBER_BUFFER: usize = 1024;
+/// How many changes a subscriber may lag behind before it is handed the whole store instead.
+const SUBSCRIBER_BUFFER: usize = 4096;
 
 /// A kind in the shared cache: the read-only store and a way to follow its changes.
 pub struct Shared<K: Resource + Clone + 'static>
@@ -30,7 +32,10 @@ where
     K::DynamicType: Eq + Hash + Clone,
 {
     pub store: Store<K>,
-    handle: ReflectHandle<K>,
+    changes: tokio::sync::broadcast::Sender<Arc<K>>,
+    /// Set once the first list arrived. kube's `Store::wait_until_ready` wakes only one of several
+    /// concurrent waiters (a shared oneshot), so one task waits there and everybody else here.
+    ready: tokio::sync::watch::Receiver<bool>,
 }
 
 impl<K: Resource + Clone + 'static> Clone for Shared<K>
@@ -40,7 +45,8 @@ where
     fn clone(&self) -> Self {
         Shared {
             store: self.store.clone(),
-            handle: self.handle.clone(),
+            changes: self.changes.clone(),
+            ready: self.ready.clone(),
         }
     }
 }
@@ -49,9 +55,37 @@ impl<K: Resource + Clone + 'static> Shared<K>
 where
     K::DynamicType: Eq + Hash + Clone,
 {
+    /// Waits until the cache has listed once; false if it never will (shutdown).
+    pub async fn ready(&self) -> bool {
+        let mut rx = self.ready.clone();
+        rx.wait_for(|r| *r).await.is_ok()
+    }
+
     /// A new subscription to the objects this cache applies (for `Controller::for_shared_stream`).
-    pub fn subscribe(&self) -> ReflectHandle<K> {
-        self.handle.clone()
+    pub fn subscribe(&self) -> futures::stream::BoxStream<'static, Arc<K>>
+    where
+        K: Send + Sync,
+    {
+        use tokio::sync::broadcast::error::RecvError;
+        let rx = self.changes.subscribe();
+        let store = self.store.clone();
+        futures::stream::unfold((rx, Vec::<Arc<K>>::new()), move |(mut rx, mut backlog)| {
+            let store = store.clone();
+            async move {
+                loop {
+                    if let Some(next) = backlog.pop() {
+                        return Some((next, (rx, backlog)));
+                    }
+                    match rx.recv().await {
+                        Ok(obj) => return Some((obj, (rx, backlog))),
+                        // fell behind: everything the store holds now stands in for what was missed
+                        Err(RecvError::Lagged(_)) => backlog = store.state(),
+                        Err(RecvError::Closed) => return None,
+                    }
+                }
+            }
+        })
+        .boxed()
     }
 }
 
@@ -95,16 +129,14 @@ impl SharedCache {
         {
             return existing.clone();
         }
-        let (store, writer) = reflector::store_shared::<K>(SUBSCRIBER_BUFFER);
-        let handle = match writer.subscribe() {
-            Some(h) => h,
-            // store_shared always makes a dispatching writer; this arm only guards an API change
-            None => unreachable_subscribe(),
-        };
+        let (store, writer) = reflector::store::<K>();
+        let (changes, _) = tokio::sync::broadcast::channel(SUBSCRIBER_BUFFER);
         let api: Api<K> = Api::all(self.client.clone());
         let stream = watcher(api, watcher::Config::default().any_semantic())
             .default_backoff()
-            .reflect_shared(writer);
+            .reflect(writer)
+            .applied_objects();
+        let sender = changes.clone();
         let shutdown = self.shutdown.clone();
         let kind = key.clone();
         let objects = metrics::gauge!("clusternet_cache_objects", "kind" => key.clone());
@@ -115,7 +147,11 @@ impl SharedCache {
                 tokio::select! {
                     _ = shutdown.cancelled() => break,
                     ev = stream.next() => match ev {
-                        Some(Ok(_)) => objects.set(counter_store.state().len() as f64),
+                        Some(Ok(obj)) => {
+                            objects.set(counter_store.state().len() as f64);
+                            // no subscriber yet is fine: they start from the store
+                            let _ = sender.send(Arc::new(obj));
+                        }
                         Some(Err(e)) => debug!(kind = %kind, error = %e, "watch error (retrying with backoff)"),
                         None => break,
                     }
@@ -124,21 +160,22 @@ impl SharedCache {
         });
         let ready_store = store.clone();
         let check = self.readiness.register(format!("informer-sync:{key}"));
+        let (ready_tx, ready) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
+            // the only waiter on this store (see `Shared::ready`)
             if ready_store.wait_until_ready().await.is_ok() {
                 check.set(true);
+                let _ = ready_tx.send(true);
+                // keep the sender alive so late waiters still see `true`
+                std::future::pending::<()>().await;
             }
         });
-        let shared = Shared { store, handle };
+        let shared = Shared {
+            store,
+            changes,
+            ready,
+        };
         entries.insert(key, Box::new(shared.clone()));
         shared
     }
-}
-
-fn unreachable_subscribe<K: Resource + Clone + 'static>() -> ReflectHandle<K>
-where
-    K::DynamicType: Eq + Hash + Clone,
-{
-    // Documented invariant of kube-runtime: a writer from store_shared is always subscribable.
-    panic!("kube-runtime store_shared returned a writer without a dispatcher")
 }

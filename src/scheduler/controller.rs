@@ -109,11 +109,11 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     let clusters = rt.cache.watch::<ManagedCluster>();
     let inventories = rt.cache.watch::<FeedInventory>();
     for ready in [
-        subs.store.wait_until_ready().await,
-        clusters.store.wait_until_ready().await,
-        inventories.store.wait_until_ready().await,
+        subs.ready().await,
+        clusters.ready().await,
+        inventories.ready().await,
     ] {
-        if ready.is_err() {
+        if !ready {
             return;
         }
     }

@@ -37,13 +37,15 @@ say "starting clusternet --role=hub,scheduler,controller against the parent"
 start_bg clusternet-parent --role=hub,scheduler,controller --kubeconfig="$DIR/parent.kubeconfig"
 
 for i in 1 2; do
-  say "starting clusternet --role=agent in child$i (registers with the bootstrap token)"
+  # child1: the parent pushes (Dual with AppPusher); child2: its agent pulls
+  mode=Dual; [ "$i" = 2 ] && mode=Pull
+  say "starting clusternet --role=agent in child$i ($mode; registers with the bootstrap token)"
   kubectl --kubeconfig "$DIR/child$i.kubeconfig" create namespace clusternet-system --dry-run=client -o yaml \
     | kubectl --kubeconfig "$DIR/child$i.kubeconfig" apply -f - >/dev/null
   kubectl --kubeconfig "$DIR/child$i.kubeconfig" apply -f "$root/deploy/overlays/child/rbac/rbac.yaml" >/dev/null
   start_bg "clusternet-agent-child$i" --role=agent --kubeconfig="$DIR/child$i.kubeconfig" \
     --cluster-reg-parent-url="$PARENT_URL" --cluster-reg-token="$(cat "$DIR/bootstrap-token")" \
-    --cluster-reg-name="child$i" --cluster-labels="demo=true,region=region-$i" --cluster-sync-mode=Dual \
+    --cluster-reg-name="child$i" --cluster-labels="demo=true,region=region-$i" --cluster-sync-mode="$mode" \
     --cluster-status-update-frequency=20s
 done
 
@@ -59,6 +61,31 @@ echo
 kubectl --kubeconfig "$DIR/parent.kubeconfig" get managedclusters -A
 kubectl --kubeconfig "$DIR/parent.kubeconfig" get clusterregistrationrequests
 
+say "deploying the example application (deploy/examples/demo-app.yaml): Manifests + a Subscription"
+kubectl --kubeconfig "$DIR/parent.kubeconfig" create namespace clusternet-reserved --dry-run=client -o yaml \
+  | kubectl --kubeconfig "$DIR/parent.kubeconfig" apply -f - >/dev/null
+kubectl --kubeconfig "$DIR/parent.kubeconfig" apply -f "$root/deploy/examples/demo-app.yaml"
+
+say "waiting for the example to run in both children"
+ok=
+for _ in $(seq 1 120); do
+  line=""
+  done_count=0
+  for i in 1 2; do
+    avail=$(kubectl --kubeconfig "$DIR/child$i.kubeconfig" -n demo get deployment web -o jsonpath='{.status.availableReplicas}' 2>/dev/null || true)
+    line="$line child$i: ${avail:-0}/3 available;"
+    [ "${avail:-0}" = 3 ] && done_count=$((done_count + 1))
+  done
+  printf '\r  %s' "$line"
+  if [ "$done_count" = 2 ]; then ok=1; break; fi
+  sleep 1
+done
+echo
+[ -n "$ok" ] || { echo "the example did not converge; see $DIR/logs" >&2; exit 1; }
+kubectl --kubeconfig "$DIR/parent.kubeconfig" get subscription demo-app -n default \
+  -o jsonpath='{range .status.aggregatedStatuses[*]}{.feed.kind} {.feed.name}: available={.feedStatusSummary.available}{"\n"}{end}'
+kubectl --kubeconfig "$DIR/parent.kubeconfig" get bases,descriptions -A
+
 cat <<TXT
 
 The demo is running:
@@ -70,6 +97,9 @@ Try: stop an agent (kill \$(cat $DIR/pids/clusternet-agent-child1.pid)) and watc
 Ready=Unknown and get tainted after 3 missed heartbeats (60s), then run \`just demo\` again.
 Stop everything with: just demo-down $DIR
 
-Not there yet: scheduling and distribution (an example application deployed to the children
-through a Subscription) land with the scheduler and distribution issues; this demo grows with them.
+Look around:
+  kubectl --kubeconfig $DIR/child1.kubeconfig -n demo get deploy,pods,svc
+  kubectl --kubeconfig $DIR/parent.kubeconfig get subscription demo-app -o yaml     # bindingClusters, aggregatedStatuses
+  kubectl --kubeconfig $DIR/parent.kubeconfig -n clusternet-reserved edit manifest deployments.demo.web   # children follow
+  kubectl --kubeconfig $DIR/parent.kubeconfig delete subscription demo-app          # removed from every child
 TXT

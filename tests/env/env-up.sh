@@ -108,7 +108,7 @@ for c in "${CLUSTERS[@]}"; do
   echo "${c^^}_PORT=$port" >> "$DIR/env"
   # The admin kubeconfig authenticates with a bearer token rather than a client certificate, so that
   # `kubectl --kubeconfig X --token T` really acts as T (a client certificate would win over it).
-  admin_token=$(head -c 256 /dev/urandom | tr -dc 'a-zA-Z0-9' | head -c 32)
+  admin_token=$(python3 -c 'import secrets; print(secrets.token_hex(16))')
   echo "$admin_token,kubernetes-admin,uid-kubernetes-admin,\"system:masters\"" > "$P/tokens.csv"
   kubeconfig "$DIR/$c.kubeconfig" "https://127.0.0.1:$port" "$P/ca.crt" "$c" token "$admin_token"
   kubeconfig "$P/kcm.kubeconfig" "https://127.0.0.1:$port" "$P/ca.crt" "$c" "$P/kcm.crt" "$P/kcm.key"
@@ -176,8 +176,9 @@ YAML
 done
 
 # --- bootstrap token + the RBAC Clusternet agents register with (shared/spec/registration.md §1) ---
-TOKEN_ID=$(head -c 64 /dev/urandom | tr -dc 'a-z0-9' | head -c 6)
-TOKEN_SECRET=$(head -c 256 /dev/urandom | tr -dc 'a-z0-9' | head -c 16)
+rand() { python3 -c 'import secrets, string, sys; a = sys.argv[2]; print("".join(secrets.choice(a) for _ in range(int(sys.argv[1]))))' "$1" "$2"; }
+TOKEN_ID=$(rand 6 abcdefghijklmnopqrstuvwxyz0123456789)
+TOKEN_SECRET=$(rand 16 abcdefghijklmnopqrstuvwxyz0123456789)
 kubectl --kubeconfig="$DIR/parent.kubeconfig" apply -f - >/dev/null <<YAML || fail "cannot create the bootstrap token"
 apiVersion: v1
 kind: Secret
@@ -205,6 +206,7 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "cluster
 subjects:
 - {apiGroup: rbac.authorization.k8s.io, kind: Group, name: "$BOOTSTRAP_GROUP"}
 YAML
+[[ "$TOKEN_ID.$TOKEN_SECRET" =~ ^[a-z0-9]{6}\.[a-z0-9]{16}$ ]] || fail "generated a malformed bootstrap token"
 echo "$TOKEN_ID.$TOKEN_SECRET" > "$DIR/bootstrap-token"
 
 for c in "${CLUSTERS[@]}"; do
