@@ -415,3 +415,157 @@ pub async fn ensure_namespace(client: &kube::Client, name: &str) {
         Err(e) => panic!("creating namespace {name}: {e}"),
     }
 }
+
+// ---- registered clusters for scenario tests ----
+
+use clusternet::apis::ManagedCluster;
+use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+use kube::ResourceExt;
+use kube::api::ListParams;
+use serde_json::json;
+
+pub struct Cluster {
+    pub agent: Clusternet,
+    pub ns: TestNamespace,
+    pub child: kube::Client,
+    pub dedicated: String,
+    pub name: String,
+}
+
+pub fn uid() -> String {
+    uuid::Uuid::new_v4().simple().to_string()[..6].to_string()
+}
+
+/// Gives the child's app deployer cluster-admin rights, as deploy/overlays/child does.
+pub async fn install_app_deployer(child: &kube::Client, ns: &str) {
+    let _ = Api::<ServiceAccount>::namespaced(child.clone(), ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "clusternet-app-deployer"}}))
+                .expect("SA"),
+        )
+        .await;
+    let _ = Api::<Secret>::namespaced(child.clone(), ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "clusternet-app-deployer",
+                "annotations": {"kubernetes.io/service-account.name": "clusternet-app-deployer"}},
+                "type": "kubernetes.io/service-account-token"}))
+            .expect("Secret"),
+        )
+        .await;
+    let _ = Api::<ClusterRoleBinding>::all(child.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": format!("clusternet-app-deployer-{ns}")},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+                "subjects": [{"kind": "ServiceAccount", "name": "clusternet-app-deployer", "namespace": ns}]}))
+            .expect("binding"),
+        )
+        .await;
+}
+
+/// Registers one agent per child in `children`, labelled `e2e=<id>` plus `extra_labels[i]`.
+pub async fn register(
+    env: &TestEnv,
+    id: &str,
+    children: &[usize],
+    mode: &str,
+    extra_labels: &[&str],
+) -> Vec<Cluster> {
+    register_with(env, id, children, mode, extra_labels, &[]).await
+}
+
+/// [`register`] with extra agent flags (the same for every agent).
+pub async fn register_with(
+    env: &TestEnv,
+    id: &str,
+    children: &[usize],
+    mode: &str,
+    extra_labels: &[&str],
+    extra_args: &[&str],
+) -> Vec<Cluster> {
+    let parent = env.parent().await;
+    let mut out = Vec::new();
+    for (n, &i) in children.iter().enumerate() {
+        let child = env.child(i).await;
+        let ns = TestNamespace::create(&child, &env.child_kubeconfig(i), "dist").await;
+        install_app_deployer(&child, &ns.name).await;
+        let labels = format!(
+            "--cluster-labels=e2e={id}{}",
+            extra_labels
+                .get(n)
+                .map(|l| format!(",{l}"))
+                .unwrap_or_default()
+        );
+        let args = agent_args(
+            env,
+            i,
+            &ns.name,
+            &format!("e2e-{id}-{n}"),
+            &[
+                &labels,
+                &format!("--cluster-sync-mode={mode}"),
+                "--cluster-status-update-frequency=10s",
+            ]
+            .into_iter()
+            .chain(extra_args.iter().copied())
+            .collect::<Vec<_>>(),
+        );
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let agent = Clusternet::start(&format!("agent-e2e-{id}-{n}"), &args);
+        let name = format!("e2e-{id}-{n}");
+        let mc = wait_for(
+            &format!("cluster {name} Ready"),
+            Duration::from_secs(30),
+            || async {
+                let list = Api::<ManagedCluster>::all(parent.clone())
+                    .list(
+                        &ListParams::default()
+                            .labels(&format!("clusters.clusternet.io/cluster-name={name}")),
+                    )
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let mc = list.items.into_iter().next().ok_or("no ManagedCluster")?;
+                let ready = mc
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.condition("Ready"))
+                    .is_some_and(|c| c.status == "True");
+                if ready {
+                    Ok(mc)
+                } else {
+                    Err("not Ready".to_string())
+                }
+            },
+        )
+        .await;
+        if mode != "Pull" {
+            // the parent pushes with the child's published credentials
+            let secrets: Api<Secret> =
+                Api::namespaced(parent.clone(), &mc.namespace().unwrap_or_default());
+            wait_for(
+                "child-cluster-deployer",
+                Duration::from_secs(30),
+                || async {
+                    secrets
+                        .get_opt("child-cluster-deployer")
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .map(|_| ())
+                        .ok_or("not yet".to_string())
+                },
+            )
+            .await;
+        }
+        out.push(Cluster {
+            agent,
+            ns,
+            child,
+            dedicated: mc.namespace().unwrap_or_default(),
+            name,
+        });
+    }
+    out
+}

@@ -1,0 +1,270 @@
+//! The scheduler against real clusters (shared/spec/scheduler.md): which ManagedClusters a
+//! Subscription binds, and how Dividing splits replicas, as written into `Subscription.status`.
+
+mod support;
+
+use std::time::Duration;
+
+use clusternet::apis::{ManagedCluster, Manifest, Subscription};
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use support::{Cluster, TestEnv, TestNamespace, register, register_with, uid, wait_for};
+
+fn manifest(name: &str, ns: &str, replicas: i32, cpu: &str) -> Manifest {
+    serde_json::from_value(json!({
+        "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Manifest",
+        "metadata": {"name": format!("deployments.{ns}.{name}"), "namespace": "clusternet-reserved", "labels": {
+            "apps.clusternet.io/config.group": "apps", "apps.clusternet.io/config.version": "v1",
+            "apps.clusternet.io/config.kind": "Deployment", "apps.clusternet.io/config.name": name,
+            "apps.clusternet.io/config.namespace": ns}},
+        "template": {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": ns},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": "c", "image": "nginx",
+                    "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}}]}}}}
+    }))
+    .expect("a Manifest")
+}
+
+async fn subscription(
+    parent: &kube::Client,
+    ns: &str,
+    name: &str,
+    spec: Value,
+) -> Api<Subscription> {
+    let api: Api<Subscription> = Api::namespaced(parent.clone(), ns);
+    let sub: Subscription =
+        serde_json::from_value(json!({"apiVersion": "apps.clusternet.io/v1alpha1",
+        "kind": "Subscription", "metadata": {"name": name}, "spec": spec}))
+        .expect("a Subscription");
+    api.create(&PostParams::default(), &sub)
+        .await
+        .expect("creating the Subscription");
+    api
+}
+
+fn binding_of(clusters: &[Cluster], status_binding: &[String]) -> Vec<String> {
+    let mut names: Vec<String> = status_binding
+        .iter()
+        .filter_map(|b| {
+            clusters
+                .iter()
+                .find(|c| b == &format!("{}/{}", c.dedicated, c.name))
+                .map(|c| c.name.clone())
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+async fn wait_binding(
+    api: &Api<Subscription>,
+    name: &str,
+    clusters: &[Cluster],
+    want: &[&str],
+) -> Subscription {
+    let mut want: Vec<String> = want.iter().map(|s| s.to_string()).collect();
+    want.sort();
+    wait_for(
+        &format!("binding {want:?}"),
+        Duration::from_secs(30),
+        || async {
+            let s = api.get(name).await.map_err(|e| e.to_string())?;
+            let binding = s.status.clone().unwrap_or_default().binding_clusters;
+            if binding_of(clusters, &binding) == want && binding.len() == want.len() {
+                Ok(s)
+            } else {
+                Err(format!("{binding:?}"))
+            }
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn replication_binds_every_match_and_drops_a_cluster_whose_labels_stop_matching() {
+    let env = TestEnv::get();
+    env.with_controller();
+    let parent = env.parent().await;
+    let id = uid();
+    let clusters = register(env, &id, &[1, 2, 3], "Pull", &[]).await;
+    let ns = TestNamespace::create(&parent, &env.parent_kubeconfig(), "sched").await;
+    let api = subscription(&parent, &ns.name, "rep", json!({
+        "subscribers": [{"clusterAffinity": {"matchLabels": {"e2e": id}}}],
+        "feeds": [{"apiVersion": "v1", "kind": "ConfigMap", "namespace": ns.name, "name": "nothing"}]})).await;
+    let names: Vec<&str> = clusters.iter().map(|c| c.name.as_str()).collect();
+    let s = wait_binding(&api, "rep", &clusters, &names).await;
+    let status = s.status.unwrap_or_default();
+    assert!(status.replicas.is_empty(), "Replication writes no replicas");
+    assert_eq!(status.desired_releases, 3);
+    assert_ne!(status.spec_hash, 0);
+    // relabel one cluster: it is dropped on the next scheduling
+    Api::<ManagedCluster>::namespaced(parent.clone(), &clusters[1].dedicated)
+        .patch(
+            &clusters[1].name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"e2e": "elsewhere"}}})),
+        )
+        .await
+        .expect("relabelling a cluster");
+    wait_binding(&api, "rep", &clusters, &[names[0], names[2]]).await;
+}
+
+#[tokio::test]
+async fn a_tainted_cluster_gets_nothing_new() {
+    let env = TestEnv::get();
+    env.with_controller();
+    let parent = env.parent().await;
+    let id = uid();
+    let clusters = register(env, &id, &[1, 2], "Pull", &[]).await;
+    Api::<ManagedCluster>::namespaced(parent.clone(), &clusters[0].dedicated)
+        .patch(
+            &clusters[0].name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"taints": [{"key": "e2e/blocked", "value": "yes", "effect": "NoSchedule"}]}})),
+        )
+        .await
+        .expect("tainting a cluster");
+    let ns = TestNamespace::create(&parent, &env.parent_kubeconfig(), "sched").await;
+    let api = subscription(&parent, &ns.name, "taint", json!({
+        "subscribers": [{"clusterAffinity": {"matchLabels": {"e2e": id}}}],
+        "feeds": [{"apiVersion": "v1", "kind": "ConfigMap", "namespace": ns.name, "name": "nothing"}]})).await;
+    wait_binding(&api, "taint", &clusters, &[clusters[1].name.as_str()]).await;
+    // and a Subscription that tolerates the taint may use it
+    let api2 = subscription(&parent, &ns.name, "tolerant", json!({
+        "clusterTolerations": [{"key": "e2e/blocked", "operator": "Exists"}],
+        "subscribers": [{"clusterAffinity": {"matchLabels": {"e2e": id}}}],
+        "feeds": [{"apiVersion": "v1", "kind": "ConfigMap", "namespace": ns.name, "name": "nothing"}]})).await;
+    wait_binding(
+        &api2,
+        "tolerant",
+        &clusters,
+        &[clusters[0].name.as_str(), clusters[1].name.as_str()],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn subgroups_pick_one_cluster_per_region() {
+    let env = TestEnv::get();
+    env.with_controller();
+    let parent = env.parent().await;
+    let id = uid();
+    let clusters = register(
+        env,
+        &id,
+        &[1, 2, 3, 1],
+        "Pull",
+        &["region=a", "region=a", "region=b", "region=b"],
+    )
+    .await;
+    let ns = TestNamespace::create(&parent, &env.parent_kubeconfig(), "sched").await;
+    let api = subscription(&parent, &ns.name, "groups", json!({
+        "schedulingBySubGroup": true,
+        "subscribers": [
+            {"clusterAffinity": {"matchLabels": {"e2e": id, "region": "a"}}, "subGroupStrategy": {"minClusters": 1}},
+            {"clusterAffinity": {"matchLabels": {"e2e": id, "region": "b"}}, "subGroupStrategy": {"minClusters": 1}}],
+        "feeds": [{"apiVersion": "v1", "kind": "ConfigMap", "namespace": ns.name, "name": "nothing"}]})).await;
+    let s = wait_for("two bound clusters", Duration::from_secs(30), || async {
+        let s = api.get("groups").await.map_err(|e| e.to_string())?;
+        let b = s.status.clone().unwrap_or_default().binding_clusters;
+        if b.len() == 2 {
+            Ok(b)
+        } else {
+            Err(format!("{b:?}"))
+        }
+    })
+    .await;
+    let regions: Vec<&str> = s
+        .iter()
+        .filter_map(|b| {
+            clusters
+                .iter()
+                .position(|c| b == &format!("{}/{}", c.dedicated, c.name))
+        })
+        .map(|i| if i < 2 { "a" } else { "b" })
+        .collect();
+    assert_eq!(regions.len(), 2, "{s:?}");
+    assert_ne!(regions[0], regions[1], "one per region: {s:?}");
+}
+
+#[tokio::test]
+async fn dynamic_dividing_follows_the_childrens_free_capacity() {
+    let env = TestEnv::get();
+    env.with_controller();
+    let parent = env.parent().await;
+    let id = uid();
+    // child1's nodes are mostly full: 6 of 8 CPUs requested on each node by ballast pods
+    let child1 = env.child(1).await;
+    let ballast = TestNamespace::create(&child1, &env.child_kubeconfig(1), "ballast").await;
+    for n in 0..2 {
+        let pod: Pod = serde_json::from_value(json!({"metadata": {"name": format!("ballast-{n}")},
+            "spec": {"nodeName": format!("child1-node-{n}"), "containers": [{"name": "c", "image": "pause",
+                "resources": {"requests": {"cpu": "6"}}}]}}))
+        .expect("a Pod");
+        Api::<Pod>::namespaced(child1.clone(), &ballast.name)
+            .create(&PostParams::default(), &pod)
+            .await
+            .expect("ballast pod");
+    }
+    let mut clusters = Vec::new();
+    for (i, child) in [1usize, 3].iter().enumerate() {
+        let port = support::free_port().to_string();
+        clusters.extend(
+            register_with(
+                env,
+                &format!("{id}{i}"),
+                &[*child],
+                "Pull",
+                &[&format!("dyn={id}")],
+                &[
+                    "--predictor-direct-access",
+                    &format!("--predictor-port={port}"),
+                ],
+            )
+            .await,
+        );
+    }
+    let appns = format!("dyn-{id}");
+    support::ensure_namespace(&parent, "clusternet-reserved").await;
+    let manifests: Api<Manifest> = Api::namespaced(parent.clone(), "clusternet-reserved");
+    let m = manifest("web", &appns, 6, "1");
+    manifests
+        .create(&PostParams::default(), &m)
+        .await
+        .expect("creating the Manifest");
+    let ns = TestNamespace::create(&parent, &env.parent_kubeconfig(), "sched").await;
+    let api = subscription(&parent, &ns.name, "dynamic", json!({
+        "schedulingStrategy": "Dividing",
+        "dividingScheduling": {"type": "Dynamic", "dynamicDividing": {"strategy": "Spread"}},
+        "subscribers": [{"clusterAffinity": {"matchLabels": {"dyn": id}}}],
+        "feeds": [{"apiVersion": "apps/v1", "kind": "Deployment", "namespace": appns, "name": "web"}]})).await;
+    let key = format!("apps/v1/Deployment/{appns}/web");
+    let s = wait_for(
+        "replicas divided by capacity",
+        Duration::from_secs(40),
+        || async {
+            let s = api.get("dynamic").await.map_err(|e| e.to_string())?;
+            let st = s.status.clone().unwrap_or_default();
+            match st.replicas.get(&key) {
+                Some(r) if r.iter().sum::<i32>() == 6 => Ok(st),
+                other => Err(format!("{other:?} bound {:?}", st.binding_clusters)),
+            }
+        },
+    )
+    .await;
+    let replicas = &s.replicas[&key];
+    let pos = |c: &Cluster| {
+        s.binding_clusters
+            .iter()
+            .position(|b| b == &format!("{}/{}", c.dedicated, c.name))
+            .expect("bound")
+    };
+    let (busy, free) = (replicas[pos(&clusters[0])], replicas[pos(&clusters[1])]);
+    // capacity 4 (child1: 2 nodes x 2 free CPUs) vs 16 (child3): 6 * 4/20 and 6 * 16/20
+    assert_eq!((busy, free), (1, 5), "child1 is mostly full: {replicas:?}");
+    let _ = manifests
+        .delete(&m.name_any(), &DeleteParams::default())
+        .await;
+}
