@@ -1,7 +1,8 @@
 //! The parent's side of deploying (shared/spec/deployer.md §9, §11): for clusters in Push mode, or
 //! Dual with AppPusher, the controller applies Descriptions to the child with the child's
-//! `child-cluster-deployer` credentials; for any cluster that is lost or gone, a deleted
-//! Description's finalizer is released without touching the child.
+//! `child-cluster-deployer` credentials; for a cluster that no longer exists, a deleted
+//! Description's finalizer is released without touching the child (a cluster that is merely
+//! down keeps it until it is back, so nothing is left behind in it).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -64,27 +65,19 @@ fn cluster_of(ctx: &Ctx, desc: &Description) -> Option<Arc<ManagedCluster>> {
     })
 }
 
-fn lost(mc: &ManagedCluster) -> bool {
-    let conditions = mc
-        .status
-        .as_ref()
-        .map(|s| s.conditions.clone())
-        .unwrap_or_default();
-    !conditions.is_empty()
-        && !conditions
-            .iter()
-            .any(|c| c.type_ == "Ready" && c.status == "True")
-}
-
 async fn reconcile(ctx: &Ctx, desc: Arc<Description>) -> Result<Action, PushError> {
     let ns = desc.namespace().unwrap_or_default();
     let key = format!("{ns}/{}", desc.name_any());
     let api: Api<Description> = Api::namespaced(ctx.rt.client.clone(), &ns);
     let mc = cluster_of(ctx, &desc);
-    if desc.metadata.deletion_timestamp.is_some() && mc.as_ref().is_none_or(|mc| lost(mc)) {
-        // the child cannot be reached (or is gone): do not hold the deletion forever
+    // A child that is down keeps the finalizer until it is back (so nothing is left behind);
+    // only a cluster that no longer exists releases it without touching the child.
+    let gone = mc
+        .as_ref()
+        .is_none_or(|mc| mc.metadata.deletion_timestamp.is_some());
+    if desc.metadata.deletion_timestamp.is_some() && gone {
         if desc.finalizers().iter().any(|f| f == known::APP_FINALIZER) {
-            info!(description = %key, "cluster lost or gone: releasing without touching the child");
+            info!(description = %key, "cluster gone: releasing without touching the child");
             description::release_finalizer(&api, &desc).await?;
         }
         return Ok(Action::await_change());

@@ -24,7 +24,7 @@ use super::{feeds, overrides};
 use crate::apis::known;
 use crate::apis::{
     Base, Description, DescriptionDeployer, DescriptionSpec, Globalization, Localization,
-    ManagedCluster, Manifest,
+    ManagedCluster, Manifest, OverridePolicy,
 };
 use crate::runtime::events::Events;
 use crate::runtime::{Runtime, api_code};
@@ -83,20 +83,28 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         })))
     });
     let f2 = by_feed.clone();
-    let from_locs = locs.subscribe().flat_map(move |l| {
-        let (ns, feed) = (l.namespace().unwrap_or_default(), l.spec.feed.clone());
-        futures::stream::iter(f2(Box::new(move |b: &Base| {
-            b.namespace().as_deref() == Some(ns.as_str())
-                && b.spec.feeds.iter().any(|f| same_feed(f, &feed))
-        })))
-    });
+    // only ApplyNow overrides re-render at once; ApplyLater ones wait for the next render (§5.1)
+    let apply_now = |p: &Option<OverridePolicy>| *p == Some(OverridePolicy::ApplyNow);
+    let from_locs = locs
+        .subscribe()
+        .filter(move |l| futures::future::ready(apply_now(&l.spec.override_policy)))
+        .flat_map(move |l| {
+            let (ns, feed) = (l.namespace().unwrap_or_default(), l.spec.feed.clone());
+            futures::stream::iter(f2(Box::new(move |b: &Base| {
+                b.namespace().as_deref() == Some(ns.as_str())
+                    && b.spec.feeds.iter().any(|f| same_feed(f, &feed))
+            })))
+        });
     let f3 = by_feed.clone();
-    let from_globs = globs.subscribe().flat_map(move |g| {
-        let feed = g.spec.feed.clone();
-        futures::stream::iter(f3(Box::new(move |b: &Base| {
-            b.spec.feeds.iter().any(|f| same_feed(f, &feed))
-        })))
-    });
+    let from_globs = globs
+        .subscribe()
+        .filter(move |g| futures::future::ready(apply_now(&g.spec.override_policy)))
+        .flat_map(move |g| {
+            let feed = g.spec.feed.clone();
+            futures::stream::iter(f3(Box::new(move |b: &Base| {
+                b.spec.feeds.iter().any(|f| same_feed(f, &feed))
+            })))
+        });
     let also = futures::stream::select(
         from_manifests,
         futures::stream::select(from_locs, from_globs),

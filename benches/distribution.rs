@@ -1,0 +1,258 @@
+//! Distribution latency and cost against real control planes: the time from creating a
+//! Subscription to its object existing in every bound child (p50/p99 over 100 Subscriptions, Pull
+//! and Push), and the API writes one feed update costs per cluster (from the API servers' own
+//! `apiserver_request_total`, counting only Clusternet's pipeline kinds in the parent and the
+//! applied kind in the children). Run with `just bench`.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use clusternet::apis::{Manifest, Subscription};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use support::{Cluster, TestEnv, TestNamespace, register, uid};
+
+const SUBSCRIPTIONS: usize = 100;
+
+fn manifest(ns: &str, name: &str, value: &str) -> Manifest {
+    serde_json::from_value(json!({
+        "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Manifest",
+        "metadata": {"name": format!("configmaps.{ns}.{name}"), "namespace": "clusternet-reserved", "labels": {
+            "apps.clusternet.io/config.group": "", "apps.clusternet.io/config.version": "v1",
+            "apps.clusternet.io/config.kind": "ConfigMap", "apps.clusternet.io/config.name": name,
+            "apps.clusternet.io/config.namespace": ns}},
+        "template": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns}, "data": {"v": value}}
+    }))
+    .expect("a Manifest")
+}
+
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    sorted
+        .get(((sorted.len() as f64 * p).ceil() as usize).saturating_sub(1))
+        .copied()
+        .unwrap_or_default()
+}
+
+/// Write requests per resource, from an API server's metrics.
+async fn writes(client: &kube::Client) -> BTreeMap<String, f64> {
+    let req = http::Request::get("/metrics")
+        .body(Vec::new())
+        .expect("request");
+    let text = client.request_text(req).await.unwrap_or_default();
+    let mut out = BTreeMap::new();
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+    {
+        let verb = line
+            .split("verb=\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .unwrap_or_default();
+        if !matches!(verb, "POST" | "PUT" | "PATCH" | "DELETE" | "APPLY") {
+            continue;
+        }
+        let resource = line
+            .split("resource=\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .unwrap_or_default();
+        let subresource = line
+            .split("subresource=\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .unwrap_or_default();
+        let value: f64 = line
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        let key = if subresource.is_empty() {
+            resource.to_string()
+        } else {
+            format!("{resource}/{subresource}")
+        };
+        *out.entry(key).or_default() += value;
+    }
+    out
+}
+
+fn delta(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>, keys: &[&str]) -> f64 {
+    keys.iter()
+        .map(|k| after.get(*k).copied().unwrap_or(0.0) - before.get(*k).copied().unwrap_or(0.0))
+        .sum()
+}
+
+async fn run(
+    env: &TestEnv,
+    mode: &str,
+    clusters: &[Cluster],
+    id: &str,
+) -> (Vec<Duration>, f64, f64) {
+    let parent = env.parent().await;
+    let appns = format!("bench-{mode}-{id}");
+    for c in clusters {
+        support::ensure_namespace(&c.child, &appns).await;
+    }
+    let ns = TestNamespace::create(&parent, &env.parent_kubeconfig(), "bench").await;
+    let manifests: Api<Manifest> = Api::namespaced(parent.clone(), "clusternet-reserved");
+    let subs: Api<Subscription> = Api::namespaced(parent.clone(), &ns.name);
+    let mut pending: BTreeMap<String, Instant> = BTreeMap::new();
+    for i in 0..SUBSCRIPTIONS {
+        let name = format!("cm{i}");
+        manifests
+            .create(&PostParams::default(), &manifest(&appns, &name, "1"))
+            .await
+            .expect("Manifest");
+        let sub: Subscription = serde_json::from_value(json!({"apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Subscription",
+            "metadata": {"name": name}, "spec": {"subscribers": [{"clusterAffinity": {"matchLabels": {"bench": id, "mode": mode}}}],
+            "feeds": [{"apiVersion": "v1", "kind": "ConfigMap", "namespace": appns, "name": name}]}}))
+        .expect("Subscription");
+        pending.insert(name.clone(), Instant::now());
+        subs.create(&PostParams::default(), &sub)
+            .await
+            .expect("Subscription");
+    }
+    let mut done: Vec<Duration> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while !pending.is_empty() && Instant::now() < deadline {
+        let mut present: BTreeMap<String, usize> = BTreeMap::new();
+        for c in clusters {
+            if let Ok(list) = Api::<ConfigMap>::namespaced(c.child.clone(), &appns)
+                .list(&ListParams::default())
+                .await
+            {
+                for cm in list.items {
+                    *present
+                        .entry(cm.metadata.name.unwrap_or_default())
+                        .or_default() += 1;
+                }
+            }
+        }
+        let finished: Vec<String> = pending
+            .keys()
+            .filter(|k| present.get(*k) == Some(&clusters.len()))
+            .cloned()
+            .collect();
+        for k in finished {
+            if let Some(t) = pending.remove(&k) {
+                done.push(t.elapsed());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    done.sort();
+    // one feed update: writes in the parent's pipeline kinds and in the children
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let before_parent = writes(&parent).await;
+    let mut before_children = Vec::new();
+    for c in clusters {
+        before_children.push(writes(&c.child).await);
+    }
+    let target = format!("configmaps.{appns}.cm0");
+    manifests
+        .patch(
+            &target,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"template": {"data": {"v": "2"}}})),
+        )
+        .await
+        .expect("update");
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(30) {
+        let mut ok = 0;
+        for c in clusters {
+            if let Ok(cm) = Api::<ConfigMap>::namespaced(c.child.clone(), &appns)
+                .get("cm0")
+                .await
+                && cm.data.unwrap_or_default().get("v").map(String::as_str) == Some("2")
+            {
+                ok += 1;
+            }
+        }
+        if ok == clusters.len() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after_parent = writes(&parent).await;
+    let parent_writes = delta(
+        &before_parent,
+        &after_parent,
+        &[
+            "bases",
+            "descriptions",
+            "descriptions/status",
+            "subscriptions",
+            "subscriptions/status",
+            "localizations",
+        ],
+    );
+    let mut child_writes = 0.0;
+    for (c, before) in clusters.iter().zip(before_children) {
+        child_writes += delta(&before, &writes(&c.child).await, &["configmaps"]);
+    }
+    for i in 0..SUBSCRIPTIONS {
+        let _ = subs
+            .delete(&format!("cm{i}"), &DeleteParams::default())
+            .await;
+        let _ = manifests
+            .delete(
+                &format!("configmaps.{appns}.cm{i}"),
+                &DeleteParams::default(),
+            )
+            .await;
+    }
+    let n = clusters.len() as f64;
+    (done, parent_writes / n, child_writes / n)
+}
+
+#[tokio::main]
+async fn main() {
+    let env = TestEnv::get();
+    env.with_controller();
+    let id = uid();
+    let pull = register(
+        env,
+        &format!("{id}l"),
+        &[1, 2],
+        "Pull",
+        &[
+            &format!("bench={id},mode=pull"),
+            &format!("bench={id},mode=pull"),
+        ],
+    )
+    .await;
+    let push = register(
+        env,
+        &format!("{id}p"),
+        &[2, 3],
+        "Push",
+        &[
+            &format!("bench={id},mode=push"),
+            &format!("bench={id},mode=push"),
+        ],
+    )
+    .await;
+    println!(
+        "distribution: Subscription created -> its ConfigMap in every bound child ({SUBSCRIPTIONS} Subscriptions, 2 children each)"
+    );
+    println!(
+        "| mode | done | p50 | p99 | parent writes per feed update per cluster | child writes per feed update per cluster |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for (mode, clusters) in [("pull", &pull), ("push", &push)] {
+        let (times, pw, cw) = run(env, mode, clusters, &id).await;
+        println!(
+            "| {mode} | {}/{SUBSCRIPTIONS} | {:.2} s | {:.2} s | {pw:.1} | {cw:.1} |",
+            times.len(),
+            pct(&times, 0.5).as_secs_f64(),
+            pct(&times, 0.99).as_secs_f64()
+        );
+    }
+}
