@@ -322,7 +322,19 @@ impl TestEnv {
     pub fn with_controller(&self) -> &'static ControllerHandle {
         static CONTROLLER: OnceLock<ControllerHandle> = OnceLock::new();
         CONTROLLER.get_or_init(|| {
-            let crds = Command::new(env!("CARGO_BIN_EXE_clusternet")).arg("crds").output().expect("clusternet crds");
+            self.install_crds();
+            self.start_controller()
+        })
+    }
+
+    /// Installs the Clusternet CRDs into the parent (idempotent) and waits until they are served.
+    pub fn install_crds(&self) {
+        static INSTALLED: OnceLock<()> = OnceLock::new();
+        INSTALLED.get_or_init(|| {
+            let crds = Command::new(env!("CARGO_BIN_EXE_clusternet"))
+                .arg("crds")
+                .output()
+                .expect("clusternet crds");
             assert!(crds.status.success(), "clusternet crds failed");
             let mut apply = Command::new(self.bin("kubectl"))
                 .arg("--kubeconfig")
@@ -335,22 +347,44 @@ impl TestEnv {
             {
                 use std::io::Write;
                 let mut stdin = apply.stdin.take().expect("kubectl stdin");
-                stdin.write_all(&crds.stdout).expect("writing CRDs to kubectl");
+                stdin
+                    .write_all(&crds.stdout)
+                    .expect("writing CRDs to kubectl");
             }
-            assert!(apply.wait().expect("kubectl apply").success(), "installing the CRDs failed");
-            for crd in ["clusterregistrationrequests.clusters.clusternet.io", "managedclusters.clusters.clusternet.io"] {
+            assert!(
+                apply.wait().expect("kubectl apply").success(),
+                "installing the CRDs failed"
+            );
+            for crd in clusternet::apis::crds()
+                .iter()
+                .filter_map(|c| c.metadata.name.clone())
+            {
+                let crd = crd.as_str();
                 let ok = Command::new(self.bin("kubectl"))
                     .arg("--kubeconfig")
                     .arg(self.parent_kubeconfig())
-                    .args(["wait", "--for=condition=Established", &format!("crd/{crd}"), "--timeout=60s"])
+                    .args([
+                        "wait",
+                        "--for=condition=Established",
+                        &format!("crd/{crd}"),
+                        "--timeout=60s",
+                    ])
                     .output()
                     .map(|o| o.status.success())
                     .unwrap_or(false);
                 assert!(ok, "CRD {crd} not established");
             }
+        });
+    }
+
+    fn start_controller(&self) -> ControllerHandle {
+        {
             // One controller per test binary: two leaders-in-waiting would be fine, but two
             // approvers with separate Leases would race. A watchdog ends it with the test binary.
-            let log = self.dir.join("logs").join(format!("controller-{}.log", std::process::id()));
+            let log = self
+                .dir
+                .join("logs")
+                .join(format!("controller-{}.log", std::process::id()));
             let script = format!(
                 "{bin} --role=controller,scheduler --kubeconfig={kc} --health-bind-address=127.0.0.1:0 \
                  --leader-elect-lease-duration=4s --leader-elect-renew-deadline=3s --leader-elect-retry-period=500ms \
@@ -360,9 +394,15 @@ impl TestEnv {
                 log = log.display(),
                 owner = std::process::id(),
             );
-            let child = Command::new("bash").args(["-c", &script]).spawn().expect("starting the controller");
-            ControllerHandle { _watchdog: std::sync::Mutex::new(child), log }
-        })
+            let child = Command::new("bash")
+                .args(["-c", &script])
+                .spawn()
+                .expect("starting the controller");
+            ControllerHandle {
+                _watchdog: std::sync::Mutex::new(child),
+                log,
+            }
+        }
     }
 }
 
