@@ -79,10 +79,10 @@ async fn main() {
                 if bound.contains_key(&name) {
                     continue;
                 }
-                if s.status.map(|st| st.binding_clusters.len()).unwrap_or(0) == CLUSTERS {
-                    if let Some(t) = created.get(&name) {
-                        bound.insert(name, t.elapsed());
-                    }
+                if s.status.map(|st| st.binding_clusters.len()).unwrap_or(0) == CLUSTERS
+                    && let Some(t) = created.get(&name)
+                {
+                    bound.insert(name, t.elapsed());
                 }
             }
         }
