@@ -37,7 +37,7 @@ fn cluster(i: usize) -> ManagedCluster {
 
 fn subscription(i: usize) -> (Subscription, Option<FeedInventory>) {
     let feed = json!({"apiVersion": "apps/v1", "kind": "Deployment", "namespace": "bench", "name": format!("app{i}")});
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         let sub = serde_json::from_value(json!({"apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Subscription",
             "metadata": {"name": format!("s{i}"), "namespace": "bench"},
             "spec": {"schedulerName": "default", "schedulingStrategy": "Replication",
