@@ -441,3 +441,92 @@ async fn overrides_apply_by_priority_and_a_bad_object_fails_only_its_description
         let _ = manifests_api.delete(&m, &DeleteParams::default()).await;
     }
 }
+
+#[tokio::test]
+async fn an_object_changed_in_a_child_is_repaired() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let env = TestEnv::get();
+    env.with_controller();
+    let parent = env.parent().await;
+    let id = uid();
+    let clusters = register(env, &id, &[3], "Pull", &[]).await;
+    let appns = format!("drift-{id}");
+    let objects = vec![
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": appns}}),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "conf", "namespace": appns}, "data": {"mode": "desired"}}),
+    ];
+    let manifests = create_manifests(&parent, &objects).await;
+    let ns = TestNamespace::create(&parent, &env.parent_kubeconfig(), "subs").await;
+    let subs: Api<Subscription> = Api::namespaced(parent.clone(), &ns.name);
+    let sub: Subscription = serde_json::from_value(json!({
+        "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Subscription", "metadata": {"name": "drift"},
+        "spec": {"subscribers": [{"clusterAffinity": {"matchLabels": {"e2e": id}}}], "feeds": feeds(&objects)}}))
+    .expect("a Subscription");
+    let sub = subs
+        .create(&PostParams::default(), &sub)
+        .await
+        .expect("creating the Subscription");
+    let cms: Api<ConfigMap> = Api::namespaced(clusters[0].child.clone(), &appns);
+    let mode = |cm: ConfigMap| {
+        cm.data
+            .unwrap_or_default()
+            .get("mode")
+            .cloned()
+            .unwrap_or_default()
+    };
+    wait_for(
+        "the ConfigMap in the child",
+        Duration::from_secs(30),
+        || async {
+            let cm = cms
+                .get_opt("conf")
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or("not yet")?;
+            if mode(cm) == "desired" {
+                Ok(())
+            } else {
+                Err("wrong data".to_string())
+            }
+        },
+    )
+    .await;
+    // someone edits it in the child
+    cms.patch(
+        "conf",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"mode": "drifted"}})),
+    )
+    .await
+    .expect("editing the child object");
+    wait_for(
+        "the edit to be repaired",
+        Duration::from_secs(45),
+        || async {
+            let cm = cms.get("conf").await.map_err(|e| e.to_string())?;
+            match mode(cm).as_str() {
+                "desired" => Ok(()),
+                other => Err(other.to_string()),
+            }
+        },
+    )
+    .await;
+    subs.delete("drift", &DeleteParams::default())
+        .await
+        .expect("deleting the Subscription");
+    wait_for(
+        "the ConfigMap to be removed",
+        Duration::from_secs(45),
+        || async {
+            match cms.get_opt("conf").await.map_err(|e| e.to_string())? {
+                None => Ok(()),
+                Some(_) => Err("still there".to_string()),
+            }
+        },
+    )
+    .await;
+    let manifests_api: Api<Manifest> = Api::namespaced(parent.clone(), "clusternet-reserved");
+    for m in manifests {
+        let _ = manifests_api.delete(&m, &DeleteParams::default()).await;
+    }
+}
