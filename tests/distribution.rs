@@ -462,8 +462,7 @@ async fn an_object_changed_in_a_child_is_repaired() {
         "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Subscription", "metadata": {"name": "drift"},
         "spec": {"subscribers": [{"clusterAffinity": {"matchLabels": {"e2e": id}}}], "feeds": feeds(&objects)}}))
     .expect("a Subscription");
-    let sub = subs
-        .create(&PostParams::default(), &sub)
+    subs.create(&PostParams::default(), &sub)
         .await
         .expect("creating the Subscription");
     let cms: Api<ConfigMap> = Api::namespaced(clusters[0].child.clone(), &appns);
