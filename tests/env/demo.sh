@@ -82,8 +82,14 @@ for _ in $(seq 1 120); do
 done
 echo
 [ -n "$ok" ] || { echo "the example did not converge; see $DIR/logs" >&2; exit 1; }
-kubectl --kubeconfig "$DIR/parent.kubeconfig" get subscription demo-app -n default \
-  -o jsonpath='{range .status.aggregatedStatuses[*]}{.feed.kind} {.feed.name}: available={.feedStatusSummary.available}{"\n"}{end}'
+say "status flowing back to the parent (Subscription demo-app, status.aggregatedStatuses)"
+for _ in $(seq 1 30); do
+  summary=$(kubectl --kubeconfig "$DIR/parent.kubeconfig" get subscription demo-app -n default \
+    -o jsonpath='{range .status.aggregatedStatuses[*]}{.kind} {.name}: available={.feedStatusSummary.available} replicas={.feedStatusSummary.replicaStatus.availableReplicas}{"\n"}{end}')
+  if [ -n "$summary" ] && ! grep -q 'available= ' <<<"$summary"; then break; fi
+  sleep 1
+done
+echo "$summary"
 kubectl --kubeconfig "$DIR/parent.kubeconfig" get bases,descriptions -A
 
 cat <<TXT
