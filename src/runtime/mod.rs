@@ -6,6 +6,7 @@ pub mod cache;
 pub mod events;
 pub mod health;
 pub mod leader;
+pub mod ratelimit;
 pub mod serving;
 pub mod telemetry;
 
@@ -65,7 +66,13 @@ pub async fn client_for(config: &Config) -> Result<(kube::Client, String), Clien
         .to_string()
         .trim_end_matches('/')
         .to_string();
-    Ok((kube::Client::try_from(kcfg)?, url))
+    let client = kube::client::ClientBuilder::try_from(kcfg)?
+        .with_layer(&ratelimit::RateLimitLayer::new(
+            config.kube_api_qps,
+            config.kube_api_burst,
+        ))
+        .build();
+    Ok((client, url))
 }
 
 /// A client for an API server reached with a bearer token: the agent's bootstrap client (no CA
