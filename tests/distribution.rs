@@ -407,6 +407,25 @@ async fn overrides_apply_by_priority_and_a_bad_object_fails_only_its_description
         d.annotations()
             .contains_key("clusternet.io/last-applied-configuration")
     );
+    // deleting the winning Localization re-renders at once: the priority-300 one now decides
+    locs.delete("prio-600", &DeleteParams::default())
+        .await
+        .expect("deleting a Localization");
+    wait_for(
+        "replicas from the priority-300 Localization",
+        Duration::from_secs(30),
+        || async {
+            let d = Api::<Deployment>::namespaced(child.clone(), &appns)
+                .get("web")
+                .await
+                .map_err(|e| e.to_string())?;
+            match d.spec.as_ref().and_then(|s| s.replicas) {
+                Some(1) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
     // the unknown kind fails the Description with the reason, and the rest still deployed
     let descs: Api<Description> = Api::namespaced(parent.clone(), &dedicated);
     wait_for(

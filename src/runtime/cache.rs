@@ -61,7 +61,8 @@ where
         rx.wait_for(|r| *r).await.is_ok()
     }
 
-    /// A new subscription to the objects this cache applies (for `Controller::for_shared_stream`).
+    /// A new subscription to the objects this cache applies or deletes (deleted ones are gone from
+    /// the store by the time they arrive), for `Controller::for_shared_stream` and triggers.
     pub fn subscribe(&self) -> futures::stream::BoxStream<'static, Arc<K>>
     where
         K: Send + Sync,
@@ -135,7 +136,7 @@ impl SharedCache {
         let stream = watcher(api, watcher::Config::default().any_semantic())
             .default_backoff()
             .reflect(writer)
-            .applied_objects();
+            .touched_objects();
         let sender = changes.clone();
         let shutdown = self.shutdown.clone();
         let kind = key.clone();
