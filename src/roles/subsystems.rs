@@ -50,7 +50,11 @@ pub async fn start_always_on(rt: &Runtime, role: Role) -> Result<(), StartError>
             rt.cache.watch::<crate::apis::ManagedCluster>();
             rt.cache.watch::<crate::apis::FeedInventory>();
         }
-        Role::Hub => {}
+        Role::Hub => {
+            warn!(
+                "this build has no hub yet (aggregated API server, shadow API, tunnel): the hub role does nothing"
+            );
+        }
     }
     Ok(())
 }
