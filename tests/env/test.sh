@@ -13,4 +13,5 @@ if [ -z "${CLUSTERNET_TEST_ENV:-}" ]; then
   bash "$here/env-up.sh" "$dir" "$CHILDREN" --owner-pid $$
   export CLUSTERNET_TEST_ENV=$dir
 fi
-cargo test --all-targets --no-fail-fast "$@"
+# benches are not tests: `just bench` runs them (they still compile under `just lint`)
+cargo test --lib --bins --tests --no-fail-fast "$@"
