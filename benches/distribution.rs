@@ -94,6 +94,7 @@ async fn run(
     id: &str,
 ) -> (Vec<Duration>, f64, f64) {
     let parent = env.parent().await;
+    support::ensure_namespace(&parent, "clusternet-reserved").await;
     let appns = format!("bench-{mode}-{id}");
     for c in clusters {
         support::ensure_namespace(&c.child, &appns).await;

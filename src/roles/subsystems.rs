@@ -29,6 +29,8 @@ pub async fn start_always_on(rt: &Runtime, role: Role) -> Result<(), StartError>
             crate::runtime::ensure_namespace(&rt.client, &rt.config.system_namespace).await;
         }
         Role::Controller => {
+            // Manifests live there; users should not have to create it first
+            crate::runtime::ensure_namespace(&rt.client, &rt.config.reserved_namespace).await;
             // warm caches on every replica so a new leader starts at once
             rt.cache.watch::<crate::apis::ClusterRegistrationRequest>();
             rt.cache.watch::<crate::apis::ManagedCluster>();
