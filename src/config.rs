@@ -151,8 +151,8 @@ impl Default for Config {
         Config {
             roles: Vec::new(),
             kubeconfig: None,
-            kube_api_qps: 50.0,
-            kube_api_burst: 100,
+            kube_api_qps: 100.0,
+            kube_api_burst: 200,
             feature_gates: BTreeMap::new(),
             leader_elect: true,
             leader_elect_lease_duration: Duration::from_secs(15),
