@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::ByteString;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event, finalizer};
@@ -319,14 +318,7 @@ async fn render(ctx: &Ctx, base: &Base) -> Result<Action, BaseError> {
                 namespace: Some(ns.clone()),
                 labels: Some(labels),
                 finalizers: Some(vec![known::APP_FINALIZER.to_string()]),
-                owner_references: Some(vec![OwnerReference {
-                    api_version: Base::api_version(&()).to_string(),
-                    kind: Base::kind(&()).to_string(),
-                    name: base.name_any(),
-                    uid: base.uid().unwrap_or_default(),
-                    controller: Some(true),
-                    block_owner_deletion: Some(true),
-                }]),
+                owner_references: base.controller_owner_ref(&()).map(|r| vec![r]),
                 ..Default::default()
             };
             descs

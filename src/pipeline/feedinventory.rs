@@ -9,7 +9,6 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PodSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
@@ -265,14 +264,7 @@ async fn reconcile(
                 sub.uid().unwrap_or_default(),
             ),
         ])),
-        owner_references: Some(vec![OwnerReference {
-            api_version: Subscription::api_version(&()).to_string(),
-            kind: Subscription::kind(&()).to_string(),
-            name: name.clone(),
-            uid: sub.uid().unwrap_or_default(),
-            controller: Some(true),
-            block_owner_deletion: Some(true),
-        }]),
+        owner_references: sub.controller_owner_ref(&()).map(|r| vec![r]),
         resource_version: existing.as_ref().and_then(|e| e.resource_version()),
         ..Default::default()
     };

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event, finalizer};
@@ -336,14 +335,7 @@ async fn dividing_localizations(
                             ),
                             (sub_uid.clone(), known::SUBSCRIPTION_KIND.to_string()),
                         ])),
-                        owner_references: Some(vec![OwnerReference {
-                            api_version: Base::api_version(&()).to_string(),
-                            kind: Base::kind(&()).to_string(),
-                            name: base.name_any(),
-                            uid: base.uid().unwrap_or_default(),
-                            controller: Some(true),
-                            block_owner_deletion: Some(true),
-                        }]),
+                        owner_references: base.controller_owner_ref(&()).map(|r| vec![r]),
                         ..Default::default()
                     };
                     api.create(&PostParams::default(), &loc)
