@@ -18,11 +18,14 @@ pub mod cli;
 pub mod clusters;
 pub mod config;
 pub mod deployer;
+pub mod hub;
 pub mod kube_ext;
 pub mod pipeline;
+pub mod plugin;
 pub mod roles;
 pub mod runtime;
 pub mod scheduler;
+pub mod tunnel;
 
 use std::process::ExitCode;
 
@@ -30,9 +33,26 @@ use clap::Parser;
 
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
+/// The kubectl plugin's executable name (`kubectl clusternet` finds it on PATH).
+pub const PLUGIN_NAME: &str = "kubectl-clusternet";
+
 /// The binary's whole life: parse, configure, run; every error ends as one readable line.
 pub fn main_entry() -> ExitCode {
     let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
+    // `kubectl clusternet ...` runs this binary as `kubectl-clusternet` (a symlink);
+    // `clusternet kubectl-clusternet ...` does the same without one
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let invoked_as = args
+        .first()
+        .and_then(|a| std::path::Path::new(a).file_name())
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if invoked_as.starts_with(PLUGIN_NAME) {
+        return plugin::main(args.split_off(1));
+    }
+    if args.get(1).is_some_and(|a| a == PLUGIN_NAME) {
+        return plugin::main(args.split_off(2));
+    }
     let cli = cli::Cli::parse();
     match &cli.command {
         Some(cli::Command::Version { output }) => {

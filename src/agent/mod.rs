@@ -65,6 +65,22 @@ pub async fn lead(rt: &Runtime, lease_uid: &str, stop: CancellationToken) {
             let (rt, reg, round) = (rt.clone(), reg.clone(), round.clone());
             tokio::spawn(async move { deployer::run(&rt, &reg, round).await })
         };
+        // the reverse tunnel lets the parent reach this cluster behind NAT (hub.md §2.4)
+        let tunnel = rt
+            .config
+            .gate(crate::apis::known::SOCKET_CONNECTION)
+            .then(|| {
+                let config = crate::tunnel::client::ClientConfig {
+                    url: reg.parent_url.clone(),
+                    cluster_id: reg.cluster_id.clone(),
+                    token: reg.token.clone(),
+                };
+                let (connected, _) = tokio::sync::watch::channel(false);
+                let round = round.clone();
+                tokio::spawn(
+                    async move { crate::tunnel::client::run(config, round, connected).await },
+                )
+            });
         if !nodes.ready().await {
             return;
         }
@@ -72,6 +88,9 @@ pub async fn lead(rt: &Runtime, lease_uid: &str, stop: CancellationToken) {
         round.cancel();
         let _ = publisher.await;
         let _ = pull.await;
+        if let Some(t) = tunnel {
+            let _ = t.await;
+        }
         match ended {
             Ok(()) => return,
             Err(e) => status::log_end(&e),

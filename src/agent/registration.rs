@@ -32,6 +32,9 @@ pub struct Registration {
     pub namespace: String,
     /// A client for the parent with the dedicated credentials.
     pub parent: Client,
+    /// The parent's URL and the dedicated token behind `parent` (the tunnel dials with them).
+    pub parent_url: String,
+    pub token: String,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -458,6 +461,8 @@ async fn finish(
         cluster_name,
         namespace: status.dedicated_namespace,
         parent,
+        parent_url: url.to_string(),
+        token: token_text,
     })
 }
 

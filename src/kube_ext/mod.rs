@@ -1,6 +1,7 @@
 //! Small helpers kube does not have: resource quantities, label strings, random name suffixes.
 
 pub mod quantity;
+pub mod strategic_merge;
 
 use std::collections::BTreeMap;
 

@@ -53,9 +53,11 @@ pub async fn start_always_on(rt: &Runtime, role: Role) -> Result<(), StartError>
             rt.cache.watch::<crate::apis::FeedInventory>();
         }
         Role::Hub => {
-            warn!(
-                "this build has no hub yet (aggregated API server, shadow API, tunnel): the hub role does nothing"
-            );
+            // the hub finds clusters by ID for every proxied request
+            rt.cache.watch::<crate::apis::ManagedCluster>();
+            crate::hub::start(rt)
+                .await
+                .map_err(|e| StartError::Config(e.to_string()))?;
         }
     }
     Ok(())
@@ -87,9 +89,7 @@ pub async fn lead(rt: &Runtime, role: Role, leadership: Leadership, token: Cance
             while tasks.join_next().await.is_some() {}
         }
         Role::Scheduler => crate::scheduler::controller::run(rt.clone(), token).await,
-        Role::Hub => {
-            warn!(%role, "this build has no {role} controllers yet: holding the lease only");
-            token.cancelled().await;
-        }
+        // the hub serves on every replica and has no leader-only work
+        Role::Hub => token.cancelled().await,
     }
 }

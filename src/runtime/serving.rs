@@ -28,6 +28,8 @@ pub enum ServingError {
         path: String,
         source: std::io::Error,
     },
+    #[error("client certificate verifier: {0}")]
+    Verifier(String),
     #[error("{path}: no {what} found in PEM")]
     Pem { path: String, what: &'static str },
 }
@@ -62,8 +64,18 @@ pub fn read_pem_files(cert: &str, key: &str) -> Result<PemPair, ServingError> {
     })
 }
 
-/// A rustls server config from PEM (no client-certificate verification: callers that need it build their own).
+/// A rustls server config from PEM (no client-certificate verification).
 pub fn server_config(pair: &PemPair) -> Result<ServerConfig, ServingError> {
+    server_config_with_client_ca(pair, None)
+}
+
+/// A rustls server config from PEM that verifies client certificates against `client_ca` when a
+/// client presents one, and still accepts clients that present none (they must authenticate
+/// otherwise), like Go's `VerifyClientCertIfGiven`.
+pub fn server_config_with_client_ca(
+    pair: &PemPair,
+    client_ca: Option<tokio_rustls::rustls::RootCertStore>,
+) -> Result<ServerConfig, ServingError> {
     let certs: Vec<CertificateDer<'static>> = rustls_pemfile::certs(&mut pair.cert_pem.as_bytes())
         .filter_map(Result::ok)
         .collect();
@@ -80,9 +92,20 @@ pub fn server_config(pair: &PemPair) -> Result<ServerConfig, ServingError> {
             path: "key".into(),
             what: "private key",
         })?;
-    let mut cfg = ServerConfig::builder()
-        .with_no_client_auth()
-        .with_single_cert(certs, key)?;
+    let builder = ServerConfig::builder();
+    let mut cfg = match client_ca {
+        None => builder.with_no_client_auth().with_single_cert(certs, key)?,
+        Some(roots) => {
+            let verifier =
+                tokio_rustls::rustls::server::WebPkiClientVerifier::builder(Arc::new(roots))
+                    .allow_unauthenticated()
+                    .build()
+                    .map_err(|e| ServingError::Verifier(e.to_string()))?;
+            builder
+                .with_client_cert_verifier(verifier)
+                .with_single_cert(certs, key)?
+        }
+    };
     cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(cfg)
 }
@@ -133,4 +156,98 @@ where
         }
     });
     Ok(local)
+}
+
+/// Accepts any server certificate (signatures are still checked): the tunnel and the socket
+/// proxy reach child API servers by whatever address works, so names and CAs cannot be verified,
+/// exactly as upstream disables verification there.
+#[derive(Debug)]
+struct AcceptAnyServerCert(Arc<tokio_rustls::rustls::crypto::CryptoProvider>);
+
+impl tokio_rustls::rustls::client::danger::ServerCertVerifier for AcceptAnyServerCert {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &tokio_rustls::rustls::pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: tokio_rustls::rustls::pki_types::UnixTime,
+    ) -> Result<tokio_rustls::rustls::client::danger::ServerCertVerified, tokio_rustls::rustls::Error>
+    {
+        Ok(tokio_rustls::rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &tokio_rustls::rustls::DigitallySignedStruct,
+    ) -> Result<
+        tokio_rustls::rustls::client::danger::HandshakeSignatureValid,
+        tokio_rustls::rustls::Error,
+    > {
+        tokio_rustls::rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &tokio_rustls::rustls::DigitallySignedStruct,
+    ) -> Result<
+        tokio_rustls::rustls::client::danger::HandshakeSignatureValid,
+        tokio_rustls::rustls::Error,
+    > {
+        tokio_rustls::rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<tokio_rustls::rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// A TLS client config that skips server verification, optionally presenting a client
+/// certificate (PEM), for HTTP/1.1 only (upgrades need it).
+pub fn insecure_client_config(
+    client_cert: Option<(&[u8], &[u8])>,
+) -> Result<tokio_rustls::rustls::ClientConfig, ServingError> {
+    let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+    let builder = tokio_rustls::rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AcceptAnyServerCert(provider)));
+    let mut cfg = match client_cert {
+        None => builder.with_no_client_auth(),
+        Some((cert_pem, key_pem)) => {
+            let certs: Vec<CertificateDer<'static>> = rustls_pemfile::certs(&mut &cert_pem[..])
+                .filter_map(Result::ok)
+                .collect();
+            if certs.is_empty() {
+                return Err(ServingError::Pem {
+                    path: "client certificate".into(),
+                    what: "certificate",
+                });
+            }
+            let key = rustls_pemfile::private_key(&mut &key_pem[..])
+                .ok()
+                .flatten()
+                .ok_or(ServingError::Pem {
+                    path: "client key".into(),
+                    what: "private key",
+                })?;
+            builder.with_client_auth_cert(certs, key)?
+        }
+    };
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(cfg)
 }

@@ -1,0 +1,136 @@
+//! The hub: Clusternet's aggregated API server in the parent. It serves
+//! `proxies.clusternet.io/v1alpha1` (the agents' reverse WebSocket tunnels and the `sockets/proxy`
+//! path into children behind NAT) and `shadow/v1alpha1` (plain Kubernetes objects stored as
+//! Manifest templates), registered in the parent by two APIServices. It stores nothing itself:
+//! identities come from the parent's front proxy, decisions from SubjectAccessReviews, and state
+//! lives in the parent (hub.md).
+
+pub mod authn;
+pub mod authz;
+pub mod body;
+pub mod discovery;
+pub mod proxies;
+pub mod server;
+pub mod shadow;
+pub mod status;
+pub mod ttl;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use http::HeaderMap;
+use tokio::net::TcpListener;
+use tracing::{info, warn};
+
+use crate::apis::known;
+use crate::runtime::Runtime;
+use crate::runtime::serving;
+use crate::tunnel::server::SessionRegistry;
+use authn::{RequestHeaderConfig, TokenAuthenticator, UserInfo};
+use authz::Authorizer;
+use server::ConnInfo;
+use status::ApiError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum HubError {
+    #[error("serving certificate: {0}")]
+    Serving(#[from] serving::ServingError),
+    #[error("request-header authentication settings: {0}")]
+    Authn(#[from] authn::AuthnError),
+    #[error("binding {addr}: {source}")]
+    Bind {
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Everything a request handler needs, shared by all connections.
+pub struct Hub {
+    pub rt: Runtime,
+    pub tunnels: Arc<SessionRegistry>,
+    pub requestheader: Option<RequestHeaderConfig>,
+    pub tokens: TokenAuthenticator,
+    pub authz: Authorizer,
+    /// `None` when the ShadowAPI gate is off.
+    pub shadow: Option<Arc<shadow::ShadowApi>>,
+    pub socket_connection: bool,
+}
+
+impl Hub {
+    /// Front-proxy headers from a connection with an allowed client certificate, else a bearer
+    /// token checked by the parent; nothing else gets in.
+    pub async fn authenticate(
+        &self,
+        conn: &ConnInfo,
+        headers: &HeaderMap,
+    ) -> Result<UserInfo, ApiError> {
+        if let (Some(cn), Some(cfg)) = (&conn.client_cn, &self.requestheader) {
+            return cfg.identity(headers, cn);
+        }
+        let bearer = headers
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
+            .filter(|t| !t.is_empty());
+        match bearer {
+            Some(token) => self.tokens.authenticate(token).await,
+            None => Err(ApiError::unauthorized(
+                "Unauthorized: present the front proxy's client certificate or a bearer token",
+            )),
+        }
+    }
+}
+
+/// Starts the aggregated API server on every hub replica; returns the bound address.
+pub async fn start(rt: &Runtime) -> Result<(Arc<Hub>, SocketAddr), HubError> {
+    let cfg = &rt.config;
+    let pair = match (&cfg.tls_cert_file, &cfg.tls_private_key_file) {
+        (Some(c), Some(k)) => serving::read_pem_files(c, k)?,
+        _ => serving::self_signed(&["localhost", "127.0.0.1", "clusternet-hub"])?,
+    };
+    let requestheader = match RequestHeaderConfig::from_parent(&rt.client).await {
+        Ok(Some(c)) => Some(c),
+        Ok(None) => {
+            warn!(
+                "the parent publishes no request-header client CA: only bearer tokens authenticate at the hub"
+            );
+            None
+        }
+        Err(e) => {
+            warn!(error = %e, "cannot read the parent's front-proxy settings: only bearer tokens authenticate at the hub");
+            None
+        }
+    };
+    let roots = requestheader.as_ref().map(|c| c.roots()).transpose()?;
+    let tls = serving::server_config_with_client_ca(&pair, roots)?;
+    let addr = format!("{}:{}", cfg.bind_address, cfg.secure_port);
+    let listener = TcpListener::bind(&addr)
+        .await
+        .map_err(|source| HubError::Bind {
+            addr: addr.clone(),
+            source,
+        })?;
+    let shadow = cfg
+        .gate(known::SHADOW_API)
+        .then(|| shadow::ShadowApi::start(rt.clone()));
+    let hub = Arc::new(Hub {
+        rt: rt.clone(),
+        tunnels: Arc::new(SessionRegistry::new()),
+        requestheader,
+        tokens: TokenAuthenticator::new(rt.client.clone()),
+        authz: Authorizer::new(rt.client.clone()),
+        shadow,
+        socket_connection: cfg.gate(known::SOCKET_CONNECTION),
+    });
+    let bound =
+        server::serve(hub.clone(), listener, tls, rt.shutdown.clone()).map_err(|source| {
+            HubError::Bind {
+                addr: addr.clone(),
+                source,
+            }
+        })?;
+    info!(%bound, shadow = hub.shadow.is_some(), sockets = hub.socket_connection, "hub serving");
+    Ok((hub, bound))
+}

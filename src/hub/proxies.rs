@@ -1,0 +1,582 @@
+//! `proxies.clusternet.io/v1alpha1` `sockets` (hub.md §2): `GET sockets/<cluster-id>` with a
+//! WebSocket upgrade is an agent's tunnel; `sockets/<cluster-id>/proxy/<path>` forwards any HTTP
+//! request (watches and exec/attach/port-forward upgrades included) into that child through the
+//! tunnel, with the caller's `clusternet-*` user extras turned into child credentials and
+//! impersonation headers.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use base64::Engine;
+use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, header};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tracing::{debug, info, warn};
+
+use super::Hub;
+use super::authn::{UserInfo, is_identity_header};
+use super::authz::{Attributes, verb_for};
+use super::body::{HubBody, boxed, empty};
+use super::status::ApiError;
+use crate::apis::{ManagedCluster, known, proxies};
+
+/// Where a proxied request goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub https: bool,
+    /// `host:port` (port filled in from the scheme when absent).
+    pub authority: String,
+    /// The host as the HTTP Host header and TLS name.
+    pub host: String,
+    /// Path on the target, starting with `/`.
+    pub path: String,
+}
+
+/// Parses the `{path}` of `sockets/<id>/proxy/{path}` (upstream `exchanger.ClusterLocation`):
+/// `direct/<rest>` goes to the cluster's API server URL, `<scheme>/<host[:port]>/<rest>` to any
+/// address reachable from the agent.
+pub fn target(proxy_path: &str, apiserver_url: &str) -> Result<Target, ApiError> {
+    let trimmed = proxy_path.trim_start_matches('/');
+    let (first, rest) = trimmed.split_once('/').unwrap_or((trimmed, ""));
+    if first == "direct" {
+        if apiserver_url.is_empty() {
+            return Err(ApiError::unavailable(
+                "the cluster has not reported its apiserverURL yet",
+            ));
+        }
+        let uri: http::Uri = apiserver_url.parse().map_err(|e| {
+            ApiError::unavailable(format!("bad apiserverURL {apiserver_url:?}: {e}"))
+        })?;
+        let https = uri.scheme_str() != Some("http");
+        let host = uri.host().unwrap_or_default().to_string();
+        let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+        let base = uri.path().trim_end_matches('/');
+        return Ok(Target {
+            https,
+            authority: join_host_port(&host, port),
+            host,
+            path: format!("{base}/{rest}"),
+        });
+    }
+    let https = match first {
+        "https" | "wss" => true,
+        "http" | "ws" => false,
+        "" => {
+            return Err(ApiError::bad_request(
+                "empty proxy path: use direct/<path> or <scheme>/<host:port>/<path>",
+            ));
+        }
+        other => {
+            return Err(ApiError::bad_request(format!(
+                "unsupported scheme {other:?} in proxy path: use direct/<path> or http|https/<host:port>/<path>"
+            )));
+        }
+    };
+    let (hostport, path) = rest.split_once('/').unwrap_or((rest, ""));
+    if hostport.is_empty() {
+        return Err(ApiError::bad_request("no host in proxy path"));
+    }
+    let authority: http::uri::Authority = hostport
+        .parse()
+        .map_err(|e| ApiError::bad_request(format!("bad host {hostport:?} in proxy path: {e}")))?;
+    let host = authority
+        .host()
+        .trim_matches(|c| c == '[' || c == ']')
+        .to_string();
+    let port = authority.port_u16().unwrap_or(if https { 443 } else { 80 });
+    Ok(Target {
+        https,
+        authority: join_host_port(&host, port),
+        host,
+        path: format!("/{path}"),
+    })
+}
+
+fn join_host_port(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// The child-facing credentials and headers derived from the caller's user extras (hub.md §2.3).
+/// Unlike upstream's Go code, the `clusternet-*` prefix is matched case-insensitively, so
+/// `--clusternet-as` really impersonates in the child.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ChildIdentity {
+    pub bearer: Option<String>,
+    pub client_cert: Option<(Vec<u8>, Vec<u8>)>,
+    pub headers: Vec<(String, String)>,
+}
+
+pub fn child_identity(extra: &BTreeMap<String, Vec<String>>) -> Result<ChildIdentity, ApiError> {
+    let lower = |s: &str| s.to_ascii_lowercase();
+    let get = |k: &str| extra.get(&lower(k)).and_then(|v| v.first()).cloned();
+    let mut id = ChildIdentity {
+        bearer: get(known::CLUSTERNET_TOKEN_EXTRA),
+        ..Default::default()
+    };
+    let b64 = |what: &str, v: &str| {
+        base64::engine::general_purpose::STANDARD
+            .decode(v.trim())
+            .map_err(|e| ApiError::bad_request(format!("{what} is not valid base64: {e}")))
+    };
+    match (
+        get(known::CLUSTERNET_CERTIFICATE_EXTRA),
+        get(known::CLUSTERNET_PRIVATE_KEY_EXTRA),
+    ) {
+        (Some(c), Some(k)) => {
+            let cert = b64(known::CLUSTERNET_CERTIFICATE_EXTRA, &c)?;
+            let key = b64(known::CLUSTERNET_PRIVATE_KEY_EXTRA, &k)?;
+            // a broken pair is the caller's mistake: say so now rather than fail the handshake
+            crate::runtime::serving::insecure_client_config(Some((&cert, &key))).map_err(|e| {
+                ApiError::bad_request(format!("invalid child client certificate/key pair: {e}"))
+            })?;
+            id.client_cert = Some((cert, key));
+        }
+        (None, None) => {}
+        _ => {
+            return Err(ApiError::bad_request(
+                "Clusternet-Certificate and Clusternet-PrivateKey must be given together",
+            ));
+        }
+    }
+    let prefix = lower(known::PROXY_EXTRA_HEADER_PREFIX);
+    let consumed = [
+        lower(known::CLUSTERNET_TOKEN_EXTRA),
+        lower(known::CLUSTERNET_CERTIFICATE_EXTRA),
+        lower(known::CLUSTERNET_PRIVATE_KEY_EXTRA),
+    ];
+    for (key, values) in extra {
+        if let Some(rest) = key.strip_prefix(&prefix)
+            && !consumed.contains(key)
+            && !rest.is_empty()
+        {
+            let name = canonical_header(rest);
+            for v in values {
+                id.headers.push((name.clone(), v.clone()));
+            }
+        }
+    }
+    Ok(id)
+}
+
+/// `impersonate-user` -> `Impersonate-User`.
+fn canonical_header(name: &str) -> String {
+    name.split('-')
+        .map(|w| {
+            let mut c = w.chars();
+            match c.next() {
+                Some(f) => f.to_ascii_uppercase().to_string() + c.as_str(),
+                None => String::new(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("-")
+}
+
+pub async fn handle(
+    hub: &Arc<Hub>,
+    user: &UserInfo,
+    req: Request<Incoming>,
+    rest: &str,
+) -> Response<HubBody> {
+    match handle_inner(hub, user, req, rest).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn handle_inner(
+    hub: &Arc<Hub>,
+    user: &UserInfo,
+    req: Request<Incoming>,
+    rest: &str,
+) -> Result<Response<HubBody>, ApiError> {
+    if !hub.socket_connection {
+        return Err(ApiError::unavailable(format!(
+            "featuregate {} has not been enabled on the server side",
+            known::SOCKET_CONNECTION
+        )));
+    }
+    let (cluster_id, sub) = rest.split_once('/').unwrap_or((rest, ""));
+    if cluster_id.is_empty() {
+        return Err(ApiError::unauthorized("no cluster ID in the socket path"));
+    }
+    let sub_trimmed = sub.trim_matches('/');
+    if sub_trimmed.is_empty() {
+        return tunnel(hub, user, req, cluster_id).await;
+    }
+    let Some(proxy_path) = sub
+        .strip_prefix(proxies::PROXY_SUBRESOURCE)
+        .filter(|p| p.is_empty() || p.starts_with('/'))
+    else {
+        return Err(ApiError::not_found_path(req.uri().path()));
+    };
+    let attrs = Attributes::Resource {
+        verb: verb_for(req.method(), true, false).to_string(),
+        group: proxies::GROUP.into(),
+        version: proxies::VERSION.into(),
+        resource: proxies::SOCKETS_RESOURCE.into(),
+        subresource: proxies::PROXY_SUBRESOURCE.into(),
+        namespace: String::new(),
+        name: cluster_id.to_string(),
+    };
+    hub.authz.authorize(user, attrs).await?;
+    let proxy_path = proxy_path.to_string();
+    proxy(hub, user, req, cluster_id, &proxy_path).await
+}
+
+/// The agent's tunnel: answer the WebSocket handshake ourselves, then hand the upgraded
+/// connection to the session registry.
+async fn tunnel(
+    hub: &Arc<Hub>,
+    user: &UserInfo,
+    mut req: Request<Incoming>,
+    cluster_id: &str,
+) -> Result<Response<HubBody>, ApiError> {
+    let attrs = Attributes::Resource {
+        verb: "get".into(),
+        group: proxies::GROUP.into(),
+        version: proxies::VERSION.into(),
+        resource: proxies::SOCKETS_RESOURCE.into(),
+        subresource: String::new(),
+        namespace: String::new(),
+        name: cluster_id.to_string(),
+    };
+    hub.authz.authorize(user, attrs).await?;
+    let is_ws = req
+        .headers()
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
+    let Some(key) = req
+        .headers()
+        .get("sec-websocket-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+        .filter(|_| is_ws)
+    else {
+        return Err(ApiError::bad_request(
+            "sockets/<cluster-id> is the agents' tunnel: it needs a WebSocket upgrade",
+        ));
+    };
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    let registry = hub.tunnels.clone();
+    let id = cluster_id.to_string();
+    let agent = user.name.clone();
+    tokio::spawn(async move {
+        match on_upgrade.await {
+            Ok(upgraded) => {
+                info!(cluster_id = %id, %agent, "agent tunnel connected");
+                registry.serve(&id, TokioIo::new(upgraded)).await;
+                info!(cluster_id = %id, "agent tunnel closed");
+            }
+            Err(e) => warn!(cluster_id = %id, error = %e, "agent tunnel upgrade failed"),
+        }
+    });
+    let mut resp = Response::new(empty());
+    *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let h = resp.headers_mut();
+    h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+    h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    if let Ok(v) =
+        HeaderValue::from_str(&crate::tunnel::server::websocket_accept_key(key.as_bytes()))
+    {
+        h.insert("sec-websocket-accept", v);
+    }
+    Ok(resp)
+}
+
+trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
+
+async fn proxy(
+    hub: &Arc<Hub>,
+    user: &UserInfo,
+    mut req: Request<Incoming>,
+    cluster_id: &str,
+    proxy_path: &str,
+) -> Result<Response<HubBody>, ApiError> {
+    let cluster = find_cluster(hub, cluster_id)?;
+    let status = cluster.status.clone().unwrap_or_default();
+    let target = target(proxy_path, &status.apiserver_url)?;
+    let identity = child_identity(&user.extra)?;
+
+    // the tunnel when the agent holds one; a cluster that does not use sockets may be dialled
+    // directly from the hub (upstream always insists on the tunnel)
+    let stream: Box<dyn Stream> = match hub.tunnels.get(cluster_id) {
+        Some(session) => Box::new(session.dial("tcp", &target.authority).await.map_err(|e| {
+            ApiError::unavailable(format!(
+                "dialing {} through the tunnel of cluster {cluster_id}: {e}",
+                target.authority
+            ))
+        })?),
+        None if status.use_socket => {
+            return Err(ApiError::bad_request(format!(
+                "cannot proxy through cluster {cluster_id}, whose agent is disconnected"
+            )));
+        }
+        None => Box::new(
+            tokio::net::TcpStream::connect(&target.authority)
+                .await
+                .map_err(|e| ApiError::unavailable(format!("dialing {}: {e}", target.authority)))?,
+        ),
+    };
+    let stream: Box<dyn Stream> = if target.https {
+        let cert = identity
+            .client_cert
+            .as_ref()
+            .map(|(c, k)| (c.as_slice(), k.as_slice()));
+        let tls = crate::runtime::serving::insecure_client_config(cert)
+            .map_err(|e| ApiError::internal(format!("TLS client configuration: {e}")))?;
+        let name = tokio_rustls::rustls::pki_types::ServerName::try_from(target.host.clone())
+            .map_err(|e| ApiError::bad_request(format!("bad host {:?}: {e}", target.host)))?;
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(tls));
+        Box::new(
+            connector
+                .connect(name, stream)
+                .await
+                .map_err(|e| ApiError::unavailable(format!("TLS to {}: {e}", target.authority)))?,
+        )
+    } else {
+        stream
+    };
+
+    let upgrade_requested = req.headers().contains_key(header::UPGRADE);
+    let client_upgrade = upgrade_requested.then(|| hyper::upgrade::on(&mut req));
+    let (parts, body) = req.into_parts();
+    let path_and_query = match parts.uri.query() {
+        Some(q) => format!("{}?{q}", target.path),
+        None => target.path.clone(),
+    };
+    let mut out = Request::builder()
+        .method(parts.method.clone())
+        .uri(path_and_query)
+        .body(body)
+        .map_err(|e| ApiError::bad_request(format!("building the proxied request: {e}")))?;
+    *out.headers_mut() = forwarded_headers(
+        &parts.headers,
+        hub.requestheader.as_ref(),
+        upgrade_requested,
+    );
+    let h = out.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&target.authority) {
+        h.insert(header::HOST, v);
+    }
+    if let Some(token) = &identity.bearer
+        && let Ok(v) = HeaderValue::from_str(&format!("Bearer {token}"))
+    {
+        h.insert(header::AUTHORIZATION, v);
+    }
+    for (name, value) in &identity.headers {
+        if let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(value),
+        ) {
+            h.append(n, v);
+        }
+    }
+
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| ApiError::unavailable(format!("HTTP to {}: {e}", target.authority)))?;
+    tokio::spawn(async move {
+        if let Err(e) = conn.with_upgrades().await {
+            debug!(error = %e, "proxied connection ended");
+        }
+    });
+    let mut resp = sender
+        .send_request(out)
+        .await
+        .map_err(|e| ApiError::unavailable(format!("proxying to {}: {e}", target.authority)))?;
+
+    if resp.status() == StatusCode::SWITCHING_PROTOCOLS
+        && let Some(client_upgrade) = client_upgrade
+    {
+        let child_upgrade = hyper::upgrade::on(&mut resp);
+        tokio::spawn(async move {
+            match (client_upgrade.await, child_upgrade.await) {
+                (Ok(client), Ok(child)) => {
+                    let mut client = TokioIo::new(client);
+                    let mut child = TokioIo::new(child);
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut child).await;
+                }
+                (c, p) => debug!(
+                    client_ok = c.is_ok(),
+                    child_ok = p.is_ok(),
+                    "proxied upgrade did not complete"
+                ),
+            }
+        });
+        let (parts, _) = resp.into_parts();
+        return Ok(Response::from_parts(parts, empty()));
+    }
+    let (mut parts, body) = resp.into_parts();
+    strip_hop_by_hop(&mut parts.headers, false);
+    Ok(Response::from_parts(parts, boxed(body)))
+}
+
+fn find_cluster(hub: &Hub, cluster_id: &str) -> Result<Arc<ManagedCluster>, ApiError> {
+    let store = hub.rt.cache.watch::<ManagedCluster>();
+    store
+        .store
+        .state()
+        .into_iter()
+        .find(|mc| {
+            mc.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(known::CLUSTER_ID_LABEL))
+                .is_some_and(|v| v == cluster_id)
+        })
+        .ok_or_else(|| ApiError::bad_request(format!("no cluster id is {cluster_id}")))
+}
+
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
+    for h in HOP_BY_HOP {
+        if keep_upgrade && (*h == "connection" || *h == "upgrade") {
+            continue;
+        }
+        headers.remove(*h);
+    }
+}
+
+/// The caller's headers minus hop-by-hop ones, its parent credentials and every forwarded
+/// identity (the child must only see what the extras say).
+fn forwarded_headers(
+    incoming: &HeaderMap,
+    requestheader: Option<&super::authn::RequestHeaderConfig>,
+    upgrade: bool,
+) -> HeaderMap {
+    let mut h = incoming.clone();
+    strip_hop_by_hop(&mut h, upgrade);
+    h.remove(header::AUTHORIZATION);
+    h.remove(header::HOST);
+    let drop: Vec<HeaderName> = h
+        .keys()
+        .filter(|k| is_identity_header(k.as_str(), requestheader))
+        .cloned()
+        .collect();
+    for k in drop {
+        h.remove(k);
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn direct_goes_to_the_api_server_url() {
+        let t = target("direct/api/v1/pods", "https://10.0.0.1:6443").unwrap();
+        assert_eq!(
+            t,
+            Target {
+                https: true,
+                authority: "10.0.0.1:6443".into(),
+                host: "10.0.0.1".into(),
+                path: "/api/v1/pods".into()
+            }
+        );
+        let t = target("/direct/version", "https://k8s.example.com/prefix/").unwrap();
+        assert_eq!(t.authority, "k8s.example.com:443");
+        assert_eq!(t.path, "/prefix/version");
+        assert_eq!(target("direct/x", "").unwrap_err().code, 503);
+    }
+
+    #[test]
+    fn scheme_and_host_forms() {
+        let t = target("https/demo.com:6443/version", "").unwrap();
+        assert_eq!(t.authority, "demo.com:6443");
+        assert_eq!(t.path, "/version");
+        let t = target("http/localhost:8080/replicas/predict", "").unwrap();
+        assert!(!t.https);
+        assert_eq!(t.authority, "localhost:8080");
+        assert_eq!(t.path, "/replicas/predict");
+        let t = target("http/10.0.0.2", "").unwrap();
+        assert_eq!(t.authority, "10.0.0.2:80");
+        assert_eq!(t.path, "/");
+        assert_eq!(target("ftp/x/y", "").unwrap_err().code, 400);
+        assert_eq!(target("https//y", "").unwrap_err().code, 400);
+        assert_eq!(target("", "").unwrap_err().code, 400);
+    }
+
+    #[test]
+    fn extras_become_child_credentials_and_impersonation() {
+        let mut extra = BTreeMap::new();
+        extra.insert(
+            "clusternet-token".to_string(),
+            vec!["child-token".to_string()],
+        );
+        extra.insert(
+            "clusternet-impersonate-user".to_string(),
+            vec!["jane".to_string()],
+        );
+        extra.insert(
+            "clusternet-impersonate-group".to_string(),
+            vec!["a".to_string(), "b".to_string()],
+        );
+        extra.insert("other".to_string(), vec!["x".to_string()]);
+        let id = child_identity(&extra).unwrap();
+        assert_eq!(id.bearer.as_deref(), Some("child-token"));
+        assert_eq!(
+            id.headers,
+            vec![
+                ("Impersonate-Group".to_string(), "a".to_string()),
+                ("Impersonate-Group".to_string(), "b".to_string()),
+                ("Impersonate-User".to_string(), "jane".to_string()),
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_certificate_extras_are_400() {
+        let mut extra = BTreeMap::new();
+        extra.insert("clusternet-certificate".to_string(), vec!["!!".to_string()]);
+        extra.insert(
+            "clusternet-privatekey".to_string(),
+            vec!["AAAA".to_string()],
+        );
+        assert_eq!(child_identity(&extra).unwrap_err().code, 400);
+        extra.insert(
+            "clusternet-certificate".to_string(),
+            vec![base64::engine::general_purpose::STANDARD.encode("not pem")],
+        );
+        assert_eq!(child_identity(&extra).unwrap_err().code, 400);
+        extra.remove("clusternet-privatekey");
+        assert_eq!(child_identity(&extra).unwrap_err().code, 400);
+    }
+
+    #[test]
+    fn identities_and_parent_credentials_never_reach_the_child() {
+        let mut h = HeaderMap::new();
+        h.insert("authorization", "Bearer parent".parse().unwrap());
+        h.insert("x-remote-user", "admin".parse().unwrap());
+        h.insert("impersonate-user", "root".parse().unwrap());
+        h.insert("accept", "application/json".parse().unwrap());
+        h.insert("connection", "Upgrade".parse().unwrap());
+        h.insert("upgrade", "websocket".parse().unwrap());
+        let out = forwarded_headers(&h, None, false);
+        assert_eq!(out.len(), 1);
+        assert!(out.contains_key("accept"));
+        let out = forwarded_headers(&h, None, true);
+        assert!(out.contains_key("upgrade"));
+        assert!(!out.contains_key("authorization"));
+    }
+}

@@ -1,0 +1,1002 @@
+//! The shadow API's verbs (hub.md §3.3-§3.5): create (dry run in the parent, then a Manifest),
+//! get/list/watch (Manifests transformed back into the original objects), update and the four
+//! patch types, delete, the no-op deletecollection, and the `scale` subresource.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use http::{HeaderMap, Method, Response, StatusCode, header};
+use http_body_util::StreamBody;
+use hyper::body::Frame;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, ListParams, PostParams, Preconditions,
+    PropagationPolicy, WatchEvent, WatchParams,
+};
+use serde_json::{Value, json};
+
+use super::model::{self, ShadowResource};
+use super::{ShadowApi, ShadowRequest, Target, query_map};
+use crate::apis::Manifest;
+use crate::hub::body::{HubBody, boxed};
+use crate::hub::status::{ApiError, success_status};
+
+use model::{CLUSTERNET_HUB_NAME as CREATED_BY_HUB, CREATED_BY_LABEL, SKIP_VALIDATING_ANNOTATION};
+
+pub async fn dispatch(
+    api: &ShadowApi,
+    t: &Target,
+    req: ShadowRequest,
+) -> Result<(StatusCode, Value), ApiError> {
+    let q = query_map(&req.query);
+    let table = wants_table(&req.headers);
+    match (&req.method, t.name.as_deref(), t.subresource.as_deref()) {
+        (&Method::GET | &Method::HEAD, None, None) => {
+            let list = list(api, t, &q).await?;
+            Ok((StatusCode::OK, if table { to_table(&list) } else { list }))
+        }
+        (&Method::GET | &Method::HEAD, Some(name), None) => {
+            let obj =
+                model::manifest_to_object(&manifest_json(&get_manifest(api, t, name).await?)?)
+                    .map_err(|e| ApiError::internal(e.to_string()))?;
+            Ok((
+                StatusCode::OK,
+                if table {
+                    to_table(&single_list(&obj))
+                } else {
+                    obj
+                },
+            ))
+        }
+        (&Method::POST, None, None) => {
+            let obj = decode_object(&req.headers, &req.body)?;
+            Ok((StatusCode::CREATED, create(api, t, obj, &q).await?))
+        }
+        (&Method::PUT, Some(name), None) => {
+            let obj = decode_object(&req.headers, &req.body)?;
+            Ok((StatusCode::OK, update(api, t, name, obj, &q).await?))
+        }
+        (&Method::PATCH, Some(name), None) => patch(api, t, name, &req, &q).await,
+        (&Method::DELETE, Some(name), None) => delete(api, t, name, &req.body, &q).await,
+        // deliberately a no-op (hub.md §3.5): deleting a namespace in the parent must not wipe
+        // the templates of that namespace
+        (&Method::DELETE, None, None) => Ok((StatusCode::OK, success_status(None))),
+        (m, Some(name), Some("scale"))
+            if t.has_scale && matches!(*m, Method::GET | Method::PUT | Method::PATCH) =>
+        {
+            scale(api, t, name, &req).await
+        }
+        (m, Some(_), Some("status")) if is_crd(&t.resource) => Err(ApiError::method_not_supported(
+            model::crd_status_message(m.as_str(), &t.resource.kind),
+        )),
+        (_, Some(_), Some(sub)) => Err(ApiError::method_not_supported(
+            model::subresource_update_message(&t.resource.name, sub),
+        )),
+        (m, _, _) => Err(ApiError::method_not_supported(format!(
+            "{m} is not supported on {}",
+            t.resource.name
+        ))),
+    }
+}
+
+fn api_version(r: &ShadowResource) -> String {
+    r.api_version()
+}
+
+fn is_crd(r: &ShadowResource) -> bool {
+    matches!(r.origin, model::ResourceOrigin::Crd { .. })
+}
+
+fn api_resource(r: &ShadowResource) -> ApiResource {
+    ApiResource {
+        group: r.group.clone(),
+        version: r.version.clone(),
+        api_version: api_version(r),
+        kind: r.kind.clone(),
+        plural: r.name.clone(),
+    }
+}
+
+fn manifests(api: &ShadowApi) -> Api<Manifest> {
+    Api::namespaced(api.rt.client.clone(), &api.rt.config.reserved_namespace)
+}
+
+fn manifest_json(m: &Manifest) -> Result<Value, ApiError> {
+    serde_json::to_value(m).map_err(|e| ApiError::internal(format!("encoding a Manifest: {e}")))
+}
+
+fn transform(m: &Manifest) -> Result<Value, ApiError> {
+    model::manifest_to_object(&manifest_json(m)?).map_err(|e| ApiError::internal(e.to_string()))
+}
+
+fn wants_table(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("as=Table"))
+}
+
+/// Request bodies are JSON or YAML objects; anything else is the caller's mistake.
+pub fn decode_object(headers: &HeaderMap, body: &Bytes) -> Result<Value, ApiError> {
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json");
+    let v: Value = if ct.contains("yaml") {
+        serde_yaml::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("the body is not valid YAML: {e}")))?
+    } else if ct.contains("json") || ct.starts_with("*/*") {
+        serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))?
+    } else {
+        return Err(ApiError::unsupported_media_type(ct));
+    };
+    if !v.is_object() {
+        return Err(ApiError::bad_request(
+            "the body must be a Kubernetes object (a JSON/YAML map)",
+        ));
+    }
+    Ok(v)
+}
+
+/// Fills in `apiVersion`/`kind` and the namespace from the path; rejects objects of another
+/// kind or namespace.
+fn normalize(t: &Target, obj: &mut Value) -> Result<(), ApiError> {
+    let r = &t.resource;
+    let want_av = api_version(r);
+    match obj["apiVersion"].as_str() {
+        None | Some("") => obj["apiVersion"] = json!(want_av),
+        Some(av) if av == want_av => {}
+        Some(av) => {
+            return Err(ApiError::bad_request(format!(
+                "the API version in the data ({av}) does not match the expected API version ({want_av})"
+            )));
+        }
+    }
+    match obj["kind"].as_str() {
+        None | Some("") => obj["kind"] = json!(r.kind),
+        Some(k) if k == r.kind => {}
+        Some(k) => {
+            return Err(ApiError::bad_request(format!(
+                "the kind in the data ({k}) does not match the expected kind ({})",
+                r.kind
+            )));
+        }
+    }
+    if !obj["metadata"].is_object() {
+        obj["metadata"] = json!({});
+    }
+    if r.namespaced {
+        let in_body = obj["metadata"]["namespace"].as_str().unwrap_or_default();
+        let ns = match (t.namespace.as_deref(), in_body) {
+            (Some(p), "") => p.to_string(),
+            (Some(p), b) if p == b => p.to_string(),
+            (Some(_), _) => {
+                return Err(ApiError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ));
+            }
+            (None, "") => {
+                return Err(ApiError::bad_request(format!(
+                    "{} are namespaced: send them to /apis/shadow/v1alpha1/namespaces/<namespace>/{}",
+                    r.name, r.name
+                )));
+            }
+            (None, b) => b.to_string(),
+        };
+        if let Err(msg) = dns_label(&ns) {
+            return Err(invalid(r, obj, "metadata.namespace", &ns, &msg));
+        }
+        obj["metadata"]["namespace"] = json!(ns);
+    } else if let Some(m) = obj["metadata"].as_object_mut() {
+        m.remove("namespace");
+    }
+    if r.group.is_empty() && r.kind == "Namespace" {
+        let name = obj["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if !name.is_empty()
+            && let Err(msg) = dns_label(&name)
+        {
+            return Err(invalid(r, obj, "metadata.name", &name, &msg));
+        }
+    }
+    Ok(())
+}
+
+fn invalid(r: &ShadowResource, obj: &Value, field: &str, value: &str, msg: &str) -> ApiError {
+    let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+    let mut e = ApiError::invalid(format!(
+        "{} \"{name}\" is invalid: {field}: Invalid value: \"{value}\": {msg}",
+        r.kind
+    ));
+    e.details = Some(json!({
+        "name": name, "group": r.group, "kind": r.kind,
+        "causes": [{"reason": "FieldValueInvalid", "message": format!("Invalid value: \"{value}\": {msg}"), "field": field}]
+    }));
+    e
+}
+
+/// RFC 1123 label, as namespace names must be.
+fn dns_label(s: &str) -> Result<(), String> {
+    let ok = !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character".into())
+    }
+}
+
+fn set_label(obj: &mut Value, key: &str, value: &str) {
+    if !obj["metadata"]["labels"].is_object() {
+        obj["metadata"]["labels"] = json!({});
+    }
+    obj["metadata"]["labels"][key] = json!(value);
+}
+
+fn labels_of(obj: &Value) -> BTreeMap<String, String> {
+    obj["metadata"]["labels"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn skip_validating(obj: &Value) -> bool {
+    obj["metadata"]["annotations"][SKIP_VALIDATING_ANNOTATION].as_str() == Some("true")
+}
+
+fn is_crd_kind(r: &ShadowResource) -> bool {
+    r.group == "apiextensions.k8s.io" && r.kind == "CustomResourceDefinition"
+}
+
+/// Validates `obj` with a server-side dry-run create in the parent (in the reserved namespace
+/// for namespaced kinds) and returns what the parent would have stored, with the original name
+/// and namespace restored. Name clashes in the parent are dodged with a random suffix; a CRD that
+/// already exists yields the live definition (hub.md §3.3 step 4).
+async fn dry_run(
+    api: &ShadowApi,
+    r: &ShadowResource,
+    obj: &Value,
+    q: &BTreeMap<String, String>,
+) -> Result<Value, ApiError> {
+    let reserved = &api.rt.config.reserved_namespace;
+    let original_ns = obj["metadata"]["namespace"].as_str().map(str::to_string);
+    let original_name = obj["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let ar = api_resource(r);
+    let dyn_api: Api<DynamicObject> = if r.namespaced {
+        Api::namespaced_with(api.rt.client.clone(), reserved, &ar)
+    } else {
+        Api::all_with(api.rt.client.clone(), &ar)
+    };
+    let mut candidate = obj.clone();
+    if r.namespaced {
+        candidate["metadata"]["namespace"] = json!(reserved);
+    }
+    let pp = PostParams {
+        dry_run: true,
+        field_manager: q.get("fieldManager").cloned(),
+    };
+    let mut attempt = 0;
+    let mut result = loop {
+        let dynamic: DynamicObject = serde_json::from_value(candidate.clone())
+            .map_err(|e| ApiError::bad_request(format!("decoding the object: {e}")))?;
+        match dyn_api.create(&pp, &dynamic).await {
+            Ok(created) => {
+                break serde_json::to_value(created)
+                    .map_err(|e| ApiError::internal(format!("encoding the object: {e}")))?;
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists" => {
+                if is_crd_kind(r) {
+                    let live = dyn_api
+                        .get(&original_name)
+                        .await
+                        .map_err(|e| ApiError::from_kube(&e))?;
+                    break serde_json::to_value(live)
+                        .map_err(|e| ApiError::internal(format!("encoding the object: {e}")))?;
+                }
+                attempt += 1;
+                if attempt > 5 {
+                    return Err(ApiError::from_status(&s));
+                }
+                candidate["metadata"]["name"] = json!(format!(
+                    "{original_name}{}",
+                    crate::kube_ext::random_suffix(3)
+                ));
+            }
+            Err(e) => return Err(ApiError::from_kube(&e)),
+        }
+    };
+    // generateName: the dry run picked the name, keep it
+    if !original_name.is_empty() {
+        result["metadata"]["name"] = json!(original_name);
+    }
+    match original_ns {
+        Some(ns) if r.namespaced => result["metadata"]["namespace"] = json!(ns),
+        _ => {
+            if let Some(m) = result["metadata"].as_object_mut() {
+                m.remove("namespace");
+            }
+        }
+    }
+    Ok(result)
+}
+
+async fn get_manifest_opt(
+    api: &ShadowApi,
+    r: &ShadowResource,
+    namespace: Option<&str>,
+    name: &str,
+) -> Result<Option<Manifest>, ApiError> {
+    let m = manifests(api);
+    for candidate in [
+        model::manifest_name(&r.name, namespace, name),
+        model::legacy_manifest_name(&r.name, namespace, name),
+    ] {
+        match m.get_opt(&candidate).await {
+            Ok(Some(found)) => return Ok(Some(found)),
+            Ok(None) => {}
+            Err(e) => return Err(ApiError::from_kube(&e)),
+        }
+    }
+    Ok(None)
+}
+
+async fn get_manifest(api: &ShadowApi, t: &Target, name: &str) -> Result<Manifest, ApiError> {
+    let ns = t
+        .resource
+        .namespaced
+        .then_some(t.namespace.as_deref())
+        .flatten();
+    get_manifest_opt(api, &t.resource, ns, name)
+        .await?
+        .ok_or_else(|| ApiError::not_found(&t.resource.group, &t.resource.name, name))
+}
+
+pub async fn create(
+    api: &ShadowApi,
+    t: &Target,
+    mut obj: Value,
+    q: &BTreeMap<String, String>,
+) -> Result<Value, ApiError> {
+    let r = &t.resource;
+    normalize(t, &mut obj)?;
+    set_label(&mut obj, CREATED_BY_LABEL, CREATED_BY_HUB);
+    let mut validated = if skip_validating(&obj) {
+        if obj["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .is_empty()
+        {
+            return Err(invalid(r, &obj, "metadata.name", "", "name is required"));
+        }
+        if obj["metadata"]["uid"]
+            .as_str()
+            .unwrap_or_default()
+            .is_empty()
+        {
+            obj["metadata"]["uid"] = json!(uuid::Uuid::new_v4().to_string());
+        }
+        obj
+    } else {
+        dry_run(api, r, &obj, q).await?
+    };
+    model::trim_template(&mut validated, &r.group, &r.kind);
+    let name = validated["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let ns = validated["metadata"]["namespace"]
+        .as_str()
+        .map(str::to_string);
+    let ns = if r.namespaced { ns } else { None };
+    if get_manifest_opt(api, r, ns.as_deref(), &name)
+        .await?
+        .is_some()
+    {
+        return Err(ApiError::already_exists(&r.group, &r.name, &name));
+    }
+    let labels = model::manifest_labels(
+        &labels_of(&validated),
+        &r.group,
+        &r.version,
+        &r.kind,
+        &name,
+        ns.as_deref().unwrap_or_default(),
+    );
+    let manifest_value = model::build_manifest(
+        &api.rt.config.reserved_namespace,
+        &model::manifest_name(&r.name, ns.as_deref(), &name),
+        &labels,
+        validated,
+    );
+    let manifest: Manifest = serde_json::from_value(manifest_value)
+        .map_err(|e| ApiError::internal(format!("building the Manifest: {e}")))?;
+    let pp = PostParams {
+        dry_run: q.get("dryRun").is_some_and(|v| v == "All"),
+        field_manager: None,
+    };
+    match manifests(api).create(&pp, &manifest).await {
+        Ok(created) => transform(&created),
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            Err(ApiError::already_exists(&r.group, &r.name, &name))
+        }
+        Err(e) => Err(ApiError::from_kube(&e)),
+    }
+}
+
+async fn update(
+    api: &ShadowApi,
+    t: &Target,
+    name: &str,
+    mut obj: Value,
+    q: &BTreeMap<String, String>,
+) -> Result<Value, ApiError> {
+    let r = &t.resource;
+    normalize(t, &mut obj)?;
+    match obj["metadata"]["name"].as_str() {
+        None | Some("") => obj["metadata"]["name"] = json!(name),
+        Some(n) if n == name => {}
+        Some(n) => {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({n}) does not match the name on the URL ({name})"
+            )));
+        }
+    }
+    let existing = get_manifest(api, t, name).await?;
+    let requested_rv = obj["metadata"]["resourceVersion"]
+        .as_str()
+        .filter(|s| !s.is_empty())
+        .map(str::to_string);
+    set_label(&mut obj, CREATED_BY_LABEL, CREATED_BY_HUB);
+    let mut validated = if skip_validating(&obj) {
+        obj
+    } else {
+        dry_run(api, r, &obj, q).await?
+    };
+    // the template keeps its identity across updates
+    let old_template = manifest_json(&existing)?["template"].clone();
+    if let Some(uid) = old_template["metadata"]["uid"].as_str() {
+        validated["metadata"]["uid"] = json!(uid);
+    }
+    model::trim_template(&mut validated, &r.group, &r.kind);
+    store_update(api, t, existing, validated, requested_rv, false).await
+}
+
+/// Writes a new template into an existing Manifest: labels are only ever added, `config.*`
+/// refreshed (hub.md §3.5).
+async fn store_update(
+    api: &ShadowApi,
+    t: &Target,
+    existing: Manifest,
+    template: Value,
+    requested_rv: Option<String>,
+    scale: bool,
+) -> Result<Value, ApiError> {
+    let r = &t.resource;
+    let name = template["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let ns = if r.namespaced {
+        template["metadata"]["namespace"]
+            .as_str()
+            .map(str::to_string)
+    } else {
+        None
+    };
+    let mut m = manifest_json(&existing)?;
+    let existing_labels = labels_of(&m);
+    let labels = model::merge_labels_for_update(
+        &existing_labels,
+        &labels_of(&template),
+        &r.group,
+        &r.version,
+        if scale { model::SCALE_KIND } else { &r.kind },
+        &name,
+        ns.as_deref().unwrap_or_default(),
+    );
+    m["metadata"]["labels"] = json!(labels);
+    m["template"] = template;
+    if let Some(rv) = requested_rv {
+        m["metadata"]["resourceVersion"] = json!(rv);
+    }
+    let manifest: Manifest = serde_json::from_value(m)
+        .map_err(|e| ApiError::internal(format!("building the Manifest: {e}")))?;
+    let mname = manifest.metadata.name.clone().unwrap_or_default();
+    match manifests(api)
+        .replace(&mname, &PostParams::default(), &manifest)
+        .await
+    {
+        Ok(updated) => transform(&updated),
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            let mut e = ApiError::new(
+                409,
+                "Conflict",
+                format!(
+                    "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
+                    qualified(r)
+                ),
+            );
+            e.details = Some(json!({"name": name, "group": r.group, "kind": r.name}));
+            Err(e)
+        }
+        Err(e) => Err(ApiError::from_kube(&e)),
+    }
+}
+
+fn qualified(r: &ShadowResource) -> String {
+    if r.group.is_empty() {
+        r.name.clone()
+    } else {
+        format!("{}.{}", r.name, r.group)
+    }
+}
+
+fn content_type(headers: &HeaderMap) -> String {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase()
+}
+
+/// Applies a patch body of the given content type to `current`.
+async fn apply_patch(
+    api: &ShadowApi,
+    r: &ShadowResource,
+    ct: &str,
+    current: &Value,
+    body: &Bytes,
+) -> Result<Value, ApiError> {
+    let parse = || -> Result<Value, ApiError> {
+        serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("the patch is not valid JSON: {e}")))
+    };
+    match ct {
+        "application/json-patch+json" => {
+            let ops: json_patch::Patch = serde_json::from_slice(body)
+                .map_err(|e| ApiError::bad_request(format!("the JSON patch is not valid: {e}")))?;
+            let mut out = current.clone();
+            json_patch::patch(&mut out, &ops)
+                .map_err(|e| ApiError::invalid(format!("the JSON patch cannot be applied: {e}")))?;
+            Ok(out)
+        }
+        "application/merge-patch+json" => {
+            let p = parse()?;
+            if !p.is_object() {
+                return Err(ApiError::bad_request("a merge patch must be a JSON object"));
+            }
+            let mut out = current.clone();
+            json_patch::merge(&mut out, &p);
+            Ok(out)
+        }
+        "application/strategic-merge-patch+json" => {
+            if is_crd(r) {
+                return Err(ApiError::unsupported_media_type(
+                    "application/strategic-merge-patch+json is not supported for custom resources: use a merge patch",
+                ));
+            }
+            let p = parse()?;
+            let schema = strategic_schema(api, r).await;
+            crate::kube_ext::strategic_merge::apply_strategic_merge_patch(
+                current,
+                &p,
+                schema.as_ref(),
+            )
+            .map_err(|e| {
+                ApiError::bad_request(format!("the strategic merge patch cannot be applied: {e}"))
+            })
+        }
+        other => Err(ApiError::unsupported_media_type(other)),
+    }
+}
+
+/// The parent's OpenAPI v3 patch metadata for a built-in kind (cached per group-version); `None`
+/// falls back to merge-patch semantics for lists.
+async fn strategic_schema(
+    api: &ShadowApi,
+    r: &ShadowResource,
+) -> Option<crate::kube_ext::strategic_merge::PatchSchema> {
+    let path = if r.group.is_empty() {
+        format!("/openapi/v3/api/{}", r.version)
+    } else {
+        format!("/openapi/v3/apis/{}/{}", r.group, r.version)
+    };
+    let cached = api.openapi.lock().ok().and_then(|c| c.get(&path).cloned());
+    let index = match cached {
+        Some(i) => i,
+        None => {
+            let req = http::Request::get(&path).body(Vec::new()).ok()?;
+            let doc: Value = match api.rt.client.request(req).await {
+                Ok(d) => d,
+                Err(e) => {
+                    tracing::warn!(%path, error = %e, "no OpenAPI document for strategic merge patches");
+                    return None;
+                }
+            };
+            let index = crate::kube_ext::strategic_merge::PatchSchemaIndex::from_openapi(&doc);
+            if let Ok(mut c) = api.openapi.lock() {
+                c.insert(path, index.clone());
+            }
+            index
+        }
+    };
+    index.for_kind(&r.group, &r.version, &r.kind)
+}
+
+async fn patch(
+    api: &ShadowApi,
+    t: &Target,
+    name: &str,
+    req: &ShadowRequest,
+    q: &BTreeMap<String, String>,
+) -> Result<(StatusCode, Value), ApiError> {
+    let ct = content_type(&req.headers);
+    let existing = match get_manifest(api, t, name).await {
+        Ok(m) => Some(m),
+        Err(e) if e.code == 404 => None,
+        Err(e) => return Err(e),
+    };
+    if ct == "application/apply-patch+yaml" || ct == "application/apply-patch+cbor" {
+        // server-side apply: the template is the whole desired state, so the applied
+        // configuration replaces it (field ownership is not tracked for templates)
+        let mut applied: Value = serde_yaml::from_slice(&req.body).map_err(|e| {
+            ApiError::bad_request(format!("the apply patch is not valid YAML: {e}"))
+        })?;
+        if !applied.is_object() {
+            return Err(ApiError::bad_request("the apply patch must be an object"));
+        }
+        match applied["metadata"]["name"].as_str() {
+            Some(n) if n == name => {}
+            None | Some("") => applied["metadata"]["name"] = json!(name),
+            Some(n) => {
+                return Err(ApiError::bad_request(format!(
+                    "the name of the object ({n}) does not match the name on the URL ({name})"
+                )));
+            }
+        }
+        return match existing {
+            None => Ok((StatusCode::CREATED, create(api, t, applied, q).await?)),
+            Some(_) => Ok((StatusCode::OK, update(api, t, name, applied, q).await?)),
+        };
+    }
+    let existing =
+        existing.ok_or_else(|| ApiError::not_found(&t.resource.group, &t.resource.name, name))?;
+    let current = transform(&existing)?;
+    let mut patched = apply_patch(api, &t.resource, &ct, &current, &req.body).await?;
+    // a patch works on the latest version unless it says otherwise
+    if patched["metadata"]["resourceVersion"] == current["metadata"]["resourceVersion"]
+        && let Some(m) = patched["metadata"].as_object_mut()
+    {
+        m.remove("resourceVersion");
+    }
+    Ok((StatusCode::OK, update(api, t, name, patched, q).await?))
+}
+
+async fn delete(
+    api: &ShadowApi,
+    t: &Target,
+    name: &str,
+    body: &Bytes,
+    q: &BTreeMap<String, String>,
+) -> Result<(StatusCode, Value), ApiError> {
+    let existing = get_manifest(api, t, name).await?;
+    let mut dp = DeleteParams::default();
+    let opts: Value = if body.is_empty() {
+        json!({})
+    } else {
+        serde_json::from_slice(body).map_err(|e| {
+            ApiError::bad_request(format!("the DeleteOptions are not valid JSON: {e}"))
+        })?
+    };
+    let policy = opts["propagationPolicy"]
+        .as_str()
+        .or(q.get("propagationPolicy").map(String::as_str));
+    dp.propagation_policy = match policy {
+        Some("Orphan") => Some(PropagationPolicy::Orphan),
+        Some("Background") => Some(PropagationPolicy::Background),
+        Some("Foreground") => Some(PropagationPolicy::Foreground),
+        None => None,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "unknown propagationPolicy {other:?}"
+            )));
+        }
+    };
+    dp.grace_period_seconds = opts["gracePeriodSeconds"]
+        .as_u64()
+        .or_else(|| q.get("gracePeriodSeconds").and_then(|v| v.parse().ok()))
+        .map(|v| v as u32);
+    dp.dry_run = q.get("dryRun").is_some_and(|v| v == "All")
+        || opts["dryRun"].as_array().is_some_and(|a| !a.is_empty());
+    // preconditions name the template's uid/resourceVersion, which are the Manifest's
+    if opts["preconditions"].is_object() {
+        dp.preconditions = Some(Preconditions {
+            uid: opts["preconditions"]["uid"]
+                .as_str()
+                .map(str::to_string)
+                .and_then(|_| existing.metadata.uid.clone()),
+            resource_version: opts["preconditions"]["resourceVersion"]
+                .as_str()
+                .map(str::to_string),
+        });
+    }
+    let mname = existing.metadata.name.clone().unwrap_or_default();
+    match manifests(api).delete(&mname, &dp).await {
+        Ok(either) => match either.left() {
+            Some(m) => Ok((StatusCode::OK, transform(&m)?)),
+            None => Ok((
+                StatusCode::OK,
+                success_status(Some(json!({
+                    "name": name, "group": t.resource.group, "kind": t.resource.name,
+                    "uid": existing.metadata.uid,
+                }))),
+            )),
+        },
+        Err(kube::Error::Api(s)) if s.code == 404 => Err(ApiError::not_found(
+            &t.resource.group,
+            &t.resource.name,
+            name,
+        )),
+        Err(e) => Err(ApiError::from_kube(&e)),
+    }
+}
+
+fn list_params(
+    t: &Target,
+    q: &BTreeMap<String, String>,
+) -> Result<(String, Option<String>), ApiError> {
+    let ns = if t.resource.namespaced {
+        t.namespace.as_deref()
+    } else {
+        None
+    };
+    let selector = model::list_label_selector(
+        q.get("labelSelector").map(String::as_str),
+        q.get("fieldSelector").map(String::as_str),
+        &t.resource.kind,
+        ns,
+    )
+    .map_err(|e| ApiError::internal(e.to_string()))?;
+    Ok((selector, q.get("resourceVersion").cloned()))
+}
+
+async fn list(
+    api: &ShadowApi,
+    t: &Target,
+    q: &BTreeMap<String, String>,
+) -> Result<Value, ApiError> {
+    let (selector, rv) = list_params(t, q)?;
+    let lp = ListParams {
+        label_selector: Some(selector),
+        limit: q.get("limit").and_then(|v| v.parse().ok()),
+        continue_token: q.get("continue").cloned().filter(|s| !s.is_empty()),
+        resource_version: rv.filter(|s| !s.is_empty()),
+        ..Default::default()
+    };
+    let list = manifests(api)
+        .list(&lp)
+        .await
+        .map_err(|e| ApiError::from_kube(&e))?;
+    let mut items = Vec::with_capacity(list.items.len());
+    for m in &list.items {
+        items.push(transform(m)?);
+    }
+    Ok(model::list_object(
+        &api_version(&t.resource),
+        &t.resource.list_kind(),
+        list.metadata
+            .resource_version
+            .as_deref()
+            .unwrap_or_default(),
+        list.metadata.continue_.as_deref().unwrap_or_default(),
+        items,
+    ))
+}
+
+fn single_list(obj: &Value) -> Value {
+    json!({"metadata": {}, "items": [obj]})
+}
+
+/// A `meta.k8s.io/v1` Table with the columns the API server gives kinds without printers
+/// (name and age), so `kubectl get` prints as usual.
+fn to_table(list: &Value) -> Value {
+    let now = chrono::Utc::now();
+    let rows: Vec<Value> = list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|o| {
+            let age = o["metadata"]["creationTimestamp"]
+                .as_str()
+                .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
+                .map(|t| human_age(now.signed_duration_since(t)))
+                .unwrap_or_else(|| "<unknown>".into());
+            json!({"cells": [o["metadata"]["name"], age], "object": o})
+        })
+        .collect();
+    json!({
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": {
+            "resourceVersion": list["metadata"]["resourceVersion"],
+            "continue": list["metadata"]["continue"],
+        },
+        "columnDefinitions": [
+            {"name": "Name", "type": "string", "format": "name", "description": "Name must be unique within a namespace.", "priority": 0},
+            {"name": "Age", "type": "date", "format": "", "description": "CreationTimestamp is a timestamp representing the server time when this object was created.", "priority": 0},
+        ],
+        "rows": rows,
+    })
+}
+
+/// kubectl's short age format (`45s`, `12m`, `3h`, `5d`).
+fn human_age(d: chrono::TimeDelta) -> String {
+    let s = d.num_seconds().max(0);
+    match s {
+        0..=119 => format!("{s}s"),
+        120..=7199 => format!("{}m", s / 60),
+        7200..=172_799 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86400),
+    }
+}
+
+async fn scale(
+    api: &ShadowApi,
+    t: &Target,
+    name: &str,
+    req: &ShadowRequest,
+) -> Result<(StatusCode, Value), ApiError> {
+    let existing = get_manifest(api, t, name).await?;
+    let m = manifest_json(&existing)?;
+    let scale_av = model::scale_api_version(&api_version(&t.resource));
+    let current = model::scale_from_object(&transform(&existing)?, scale_av);
+    let new_scale = match req.method {
+        Method::GET => return Ok((StatusCode::OK, current)),
+        Method::PUT => decode_object(&req.headers, &req.body)?,
+        _ => {
+            let ct = content_type(&req.headers);
+            // Scale has no patch strategies beyond merge semantics worth having
+            let ct = if ct == "application/strategic-merge-patch+json" {
+                "application/merge-patch+json".to_string()
+            } else {
+                ct
+            };
+            apply_patch(api, &t.resource, &ct, &current, &req.body).await?
+        }
+    };
+    let mut template = m["template"].clone();
+    model::apply_scale(&mut template, &new_scale)
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let rv = new_scale["metadata"]["resourceVersion"]
+        .as_str()
+        .filter(|s| !s.is_empty() && Some(*s) != current["metadata"]["resourceVersion"].as_str())
+        .map(str::to_string);
+    store_update(api, t, existing, template, rv, true).await?;
+    let updated = get_manifest(api, t, name).await?;
+    Ok((
+        StatusCode::OK,
+        model::scale_from_object(&transform(&updated)?, scale_av),
+    ))
+}
+
+/// Streams Manifest events as events of the original kind.
+pub async fn watch(
+    api: &ShadowApi,
+    t: &Target,
+    query: &str,
+) -> Result<Response<HubBody>, ApiError> {
+    let q = query_map(query);
+    let (selector, rv) = list_params(t, &q)?;
+    let wp = WatchParams {
+        label_selector: Some(selector),
+        timeout: q
+            .get("timeoutSeconds")
+            .and_then(|v| v.parse().ok())
+            .map(|v: u32| v.min(290)),
+        // streaming lists (client-go's WatchList) need the initial events and the closing
+        // bookmark; the Manifest watch provides both, transformed below
+        send_initial_events: q.get("sendInitialEvents").is_some_and(|v| v == "true"),
+        bookmarks: q.get("allowWatchBookmarks").is_some_and(|v| v == "true")
+            || q.get("sendInitialEvents").is_some_and(|v| v == "true"),
+        ..Default::default()
+    };
+    let rv = rv.filter(|s| !s.is_empty()).unwrap_or_else(|| "0".into());
+    let stream = manifests(api)
+        .watch(&wp, &rv)
+        .await
+        .map_err(|e| ApiError::from_kube(&e))?;
+    let kind = t.resource.kind.clone();
+    let av = api_version(&t.resource);
+    let events = stream.map(move |ev| {
+        let line = match ev {
+            Ok(WatchEvent::Added(m)) => event("ADDED", transform(&m)),
+            Ok(WatchEvent::Modified(m)) => event("MODIFIED", transform(&m)),
+            Ok(WatchEvent::Deleted(m)) => event("DELETED", transform(&m)),
+            Ok(WatchEvent::Bookmark(b)) => model::watch_event(
+                "BOOKMARK",
+                model::bookmark_object(&av, &kind, &b.metadata.resource_version),
+            ),
+            Ok(WatchEvent::Error(e)) => json!({"type": "ERROR", "object": {
+                "kind": "Status", "apiVersion": "v1", "status": "Failure",
+                "message": e.message, "reason": e.reason, "code": e.code}}),
+            Err(e) => json!({"type": "ERROR", "object": ApiError::from_kube(&e).to_json()}),
+        };
+        let mut bytes = serde_json::to_vec(&line).unwrap_or_default();
+        bytes.push(b'\n');
+        Ok::<_, std::convert::Infallible>(Frame::data(Bytes::from(bytes)))
+    });
+    let mut resp = Response::new(boxed(StreamBody::new(events)));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    Ok(resp)
+}
+
+fn event(kind: &str, obj: Result<Value, ApiError>) -> Value {
+    match obj {
+        Ok(o) => model::watch_event(kind, o),
+        Err(e) => json!({"type": "ERROR", "object": e.to_json()}),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bodies_must_be_objects_in_a_known_format() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_TYPE, "application/json".parse().unwrap());
+        assert_eq!(decode_object(&h, &Bytes::from("{")).unwrap_err().code, 400);
+        assert_eq!(
+            decode_object(&h, &Bytes::from("[1]")).unwrap_err().code,
+            400
+        );
+        assert!(decode_object(&h, &Bytes::from("{\"a\":1}")).is_ok());
+        h.insert(header::CONTENT_TYPE, "application/yaml".parse().unwrap());
+        assert_eq!(
+            decode_object(&h, &Bytes::from("a: 1\n")).unwrap()["a"],
+            json!(1)
+        );
+        h.insert(
+            header::CONTENT_TYPE,
+            "application/vnd.kubernetes.protobuf".parse().unwrap(),
+        );
+        assert_eq!(decode_object(&h, &Bytes::from("x")).unwrap_err().code, 415);
+    }
+
+    #[test]
+    fn namespace_names_are_rfc1123_labels() {
+        assert!(dns_label("foo-1").is_ok());
+        assert!(dns_label("Foo").is_err());
+        assert!(dns_label("-a").is_err());
+        assert!(dns_label(&"a".repeat(64)).is_err());
+    }
+
+    #[test]
+    fn ages_read_like_kubectl() {
+        assert_eq!(human_age(chrono::TimeDelta::seconds(45)), "45s");
+        assert_eq!(human_age(chrono::TimeDelta::seconds(600)), "10m");
+        assert_eq!(human_age(chrono::TimeDelta::seconds(3 * 86400)), "3d");
+    }
+}

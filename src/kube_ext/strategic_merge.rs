@@ -1,0 +1,2236 @@
+//! Strategic merge patch (`application/strategic-merge-patch+json`) for the hub's shadow APIs.
+//!
+//! The hub stores every object as an untyped template (`serde_json::Value`) instead of creating
+//! it, so a client-side `kubectl apply` on an existing object arrives as a strategic merge patch
+//! that the hub has to apply itself. This module owns that: it reimplements the *apply* half of
+//! `k8s.io/apimachinery/pkg/util/strategicpatch` (`StrategicMergePatch` with
+//! `MergeParallelList` and `IgnoreUnmatchedNulls`, as the apiserver uses it), including the
+//! directives kubectl's three-way merge emits: `$patch` (`replace` / `delete` / `merge`),
+//! `$retainKeys`, `$setElementOrder/<field>` and `$deleteFromPrimitiveList/<field>`.
+//!
+//! Which lists merge by which key comes from the parent cluster's OpenAPI v3 document
+//! (`x-kubernetes-patch-strategy` / `x-kubernetes-patch-merge-key`), compiled once into a
+//! [`PatchSchemaIndex`] and walked with [`PatchSchema`]. Fields the schema does not know get
+//! JSON-merge semantics (maps merge, lists are replaced), with one deliberate extension: a
+//! `$setElementOrder/<field>` directive proves the client saw a merge list, so its entries'
+//! single key is used as the merge key instead of silently dropping the list's other items.
+//!
+//! Upstream hands the patched map to a typed decoder, which drops leftover directive keys and
+//! explicit nulls; the hub has no typed decoder, so new content is sanitised here instead and
+//! directive keys never reach the stored template.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+
+const DIRECTIVE_MARKER: &str = "$patch";
+const RETAIN_KEYS_DIRECTIVE: &str = "$retainKeys";
+const SET_ELEMENT_ORDER_PREFIX: &str = "$setElementOrder";
+const DELETE_FROM_PRIMITIVE_LIST_PREFIX: &str = "$deleteFromPrimitiveList";
+const REPLACE: &str = "replace";
+const DELETE: &str = "delete";
+const MERGE: &str = "merge";
+
+/// Deeper patches are rejected rather than risking the stack; real objects nest < 30 levels.
+const MAX_DEPTH: usize = 256;
+/// Bounds `allOf`/`$ref` chains and inline nesting in odd OpenAPI documents.
+const MAX_SCHEMA_DEPTH: usize = 64;
+/// Values quoted in error messages are cut so a 3 MiB patch does not become a 3 MiB error.
+const MAX_QUOTE: usize = 200;
+
+/// A malformed patch (or a patch that does not fit the stored object); the message is meant
+/// for the user, as the HTTP 4xx body.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StrategicMergeError {
+    #[error("{what} must be a JSON object, got {found}")]
+    NotAnObject {
+        what: &'static str,
+        found: &'static str,
+    },
+    #[error("{path}: map {item} does not contain declared merge key: {merge_key}")]
+    MissingMergeKey {
+        path: String,
+        item: String,
+        merge_key: String,
+    },
+    #[error("{path}: unknown patch type {directive} in map {item}")]
+    UnknownPatchType {
+        path: String,
+        directive: String,
+        item: String,
+    },
+    #[error("{path}: merging lists cannot yet be specified in the patch ($patch: merge)")]
+    MergeDirectiveInList { path: String },
+    #[error("{path}: expected {expected}, got {found}")]
+    BadType {
+        path: String,
+        expected: &'static str,
+        found: &'static str,
+    },
+    #[error("{path}: invalid patch format of setElementOrder list: {reason}")]
+    BadSetElementOrder { path: String, reason: String },
+    #[error("{path}: the order in patch list {patch} doesn't match $setElementOrder list {order}")]
+    SetElementOrderMismatch {
+        path: String,
+        patch: String,
+        order: String,
+    },
+    #[error("{path}: invalid patch format of retainKeys: {reason}")]
+    BadRetainKeys { path: String, reason: String },
+    #[error("{path}: invalid patch format of primitive list: {reason}")]
+    BadPrimitiveList { path: String, reason: String },
+    #[error("{path}: lists of lists are not supported")]
+    ListOfLists { path: String },
+    #[error("{path}: list element types are not identical")]
+    MixedListTypes { path: String },
+    #[error("{path}: cannot merge lists of maps without a merge key")]
+    NoMergeKey { path: String },
+    #[error("{path}: patch nests deeper than {MAX_DEPTH} levels")]
+    TooDeep { path: String },
+}
+
+type Result<T> = std::result::Result<T, StrategicMergeError>;
+
+// ---------------------------------------------------------------------------------------------
+// Patch metadata from OpenAPI
+// ---------------------------------------------------------------------------------------------
+
+/// How a field is patched, from `x-kubernetes-patch-strategy`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PatchStrategy {
+    /// No strategy: maps merge, lists are replaced.
+    #[default]
+    Unspecified,
+    /// Lists merge (by merge key for lists of maps, as a set for primitives).
+    Merge,
+    /// The whole value is replaced.
+    Replace,
+}
+
+/// Patch metadata of one field, as [`PatchSchema::field`] finds it.
+#[derive(Debug, Clone, Default)]
+pub struct FieldPatchMeta<'a> {
+    /// The field's own schema (for a list: the list's, see [`PatchSchema::items`]).
+    pub schema: Option<PatchSchema>,
+    pub strategy: PatchStrategy,
+    /// `retainKeys` in the strategy; only patch *generation* acts on it, apply follows the
+    /// `$retainKeys` directive, so it is informational here.
+    pub retain_keys: bool,
+    pub merge_key: Option<&'a str>,
+}
+
+type NodeId = usize;
+
+#[derive(Debug, Default)]
+struct FieldDef {
+    schema: Option<NodeId>,
+    strategy: PatchStrategy,
+    retain_keys: bool,
+    merge_key: Option<String>,
+}
+
+#[derive(Debug, Default)]
+struct Node {
+    name: Option<String>,
+    fields: HashMap<String, FieldDef>,
+    items: Option<NodeId>,
+    additional: Option<NodeId>,
+    /// `allOf` members and a `$ref` next to other keywords; looked through on lookup.
+    all_of: Vec<NodeId>,
+}
+
+#[derive(Debug, Default)]
+struct Graph {
+    nodes: Vec<Node>,
+    by_name: HashMap<String, NodeId>,
+    gvks: Vec<(String, String, String, NodeId)>,
+}
+
+/// Every schema of one OpenAPI document, compiled once so field lookups are hash lookups.
+/// Cheap to clone; build it when the parent's `/openapi/v3/<group-version>` is fetched and hand
+/// out [`PatchSchema`]s per kind.
+#[derive(Clone, Default)]
+pub struct PatchSchemaIndex {
+    graph: Arc<Graph>,
+}
+
+impl fmt::Debug for PatchSchemaIndex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PatchSchemaIndex")
+            .field("schemas", &self.graph.by_name.len())
+            .field("kinds", &self.graph.gvks.len())
+            .finish()
+    }
+}
+
+/// A position in a compiled OpenAPI schema: the schema of one object, from which the patch
+/// metadata of its fields can be looked up. Cheap to clone.
+#[derive(Clone)]
+pub struct PatchSchema {
+    graph: Arc<Graph>,
+    node: NodeId,
+}
+
+impl fmt::Debug for PatchSchema {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PatchSchema")
+            .field("name", &self.name())
+            .field("node", &self.node)
+            .finish()
+    }
+}
+
+impl PatchSchemaIndex {
+    /// Compiles `components.schemas` of an OpenAPI v3 document (or `definitions` of a v2
+    /// one). Anything malformed is skipped; a document without schemas yields an empty index.
+    pub fn from_openapi(doc: &Value) -> Self {
+        let schemas = doc
+            .pointer("/components/schemas")
+            .or_else(|| doc.get("definitions"))
+            .and_then(Value::as_object);
+        let mut graph = Graph::default();
+        if let Some(schemas) = schemas {
+            for name in schemas.keys() {
+                let id = graph.nodes.len();
+                graph.nodes.push(Node {
+                    name: Some(name.clone()),
+                    ..Node::default()
+                });
+                graph.by_name.insert(name.clone(), id);
+            }
+            for (name, body) in schemas {
+                let Some(&id) = graph.by_name.get(name) else {
+                    continue;
+                };
+                let mut node = graph.compile_node(body, 0);
+                node.name = Some(name.clone());
+                graph.nodes[id] = node;
+                for gvk in body
+                    .get("x-kubernetes-group-version-kind")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    let part = |k: &str| gvk.get(k).and_then(Value::as_str).map(str::to_string);
+                    if let (Some(g), Some(v), Some(k)) = (
+                        part("group").or(Some(String::new())),
+                        part("version"),
+                        part("kind"),
+                    ) {
+                        graph.gvks.push((g, v, k, id));
+                    }
+                }
+            }
+        }
+        Self {
+            graph: Arc::new(graph),
+        }
+    }
+
+    /// The schema whose `x-kubernetes-group-version-kind` lists `group`/`version`/`kind`
+    /// (`group` is `""` for the core group).
+    pub fn for_kind(&self, group: &str, version: &str, kind: &str) -> Option<PatchSchema> {
+        self.graph
+            .gvks
+            .iter()
+            .find(|(g, v, k, _)| g == group && v == version && k == kind)
+            .map(|&(.., node)| self.at(node))
+    }
+
+    /// The schema named `name` in the document, e.g. `io.k8s.api.core.v1.PodSpec`.
+    pub fn for_schema_name(&self, name: &str) -> Option<PatchSchema> {
+        self.graph.by_name.get(name).map(|&node| self.at(node))
+    }
+
+    fn at(&self, node: NodeId) -> PatchSchema {
+        PatchSchema {
+            graph: Arc::clone(&self.graph),
+            node,
+        }
+    }
+}
+
+impl Graph {
+    /// Resolves a schema to a node: a bare `$ref` or single-member `allOf` wrapper (what
+    /// Kubernetes publishes for every struct-typed field) collapses to its target.
+    fn resolve(&mut self, schema: &Value, depth: usize) -> Option<NodeId> {
+        let obj = schema.as_object()?;
+        if depth > MAX_SCHEMA_DEPTH {
+            return None;
+        }
+        let has_shape = ["properties", "items", "additionalProperties"]
+            .iter()
+            .any(|k| obj.contains_key(*k));
+        if !has_shape {
+            if let Some(r) = obj.get("$ref").and_then(Value::as_str) {
+                return self.by_ref(r);
+            }
+            if let Some([only]) = obj
+                .get("allOf")
+                .and_then(Value::as_array)
+                .map(Vec::as_slice)
+            {
+                return self.resolve(only, depth + 1);
+            }
+        }
+        let node = self.compile_node(schema, depth + 1);
+        self.nodes.push(node);
+        Some(self.nodes.len() - 1)
+    }
+
+    fn by_ref(&self, reference: &str) -> Option<NodeId> {
+        let name = reference
+            .strip_prefix("#/components/schemas/")
+            .or_else(|| reference.strip_prefix("#/definitions/"))
+            .or_else(|| reference.rsplit('/').next())?;
+        let name = name.replace("~1", "/").replace("~0", "~");
+        self.by_name.get(&name).copied()
+    }
+
+    fn compile_node(&mut self, schema: &Value, depth: usize) -> Node {
+        let mut node = Node::default();
+        let Some(obj) = schema.as_object() else {
+            return node;
+        };
+        if depth > MAX_SCHEMA_DEPTH {
+            return node;
+        }
+        if let Some(props) = obj.get("properties").and_then(Value::as_object) {
+            for (key, prop) in props {
+                let mut def = patch_extensions(prop);
+                def.schema = self.resolve(prop, depth + 1);
+                node.fields.insert(key.clone(), def);
+            }
+        }
+        node.items = obj.get("items").and_then(|i| self.resolve(i, depth + 1));
+        node.additional = obj
+            .get("additionalProperties")
+            .filter(|a| a.is_object())
+            .and_then(|a| self.resolve(a, depth + 1));
+        if let Some(r) = obj.get("$ref").and_then(Value::as_str)
+            && let Some(id) = self.by_ref(r)
+        {
+            node.all_of.push(id);
+        }
+        for member in obj
+            .get("allOf")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(id) = self.resolve(member, depth + 1) {
+                node.all_of.push(id);
+            }
+        }
+        node
+    }
+
+    fn field(&self, node: NodeId, key: &str, depth: usize) -> Option<(&FieldDef, bool)> {
+        let n = self.nodes.get(node)?;
+        if let Some(def) = n.fields.get(key) {
+            return Some((def, true));
+        }
+        if depth < MAX_SCHEMA_DEPTH {
+            for &parent in &n.all_of {
+                if let Some(found) = self.field(parent, key, depth + 1) {
+                    return Some(found);
+                }
+            }
+        }
+        None
+    }
+
+    fn walk<T>(&self, node: NodeId, depth: usize, get: &dyn Fn(&Node) -> Option<T>) -> Option<T> {
+        let n = self.nodes.get(node)?;
+        if let Some(found) = get(n) {
+            return Some(found);
+        }
+        if depth < MAX_SCHEMA_DEPTH {
+            for &parent in &n.all_of {
+                if let Some(found) = self.walk(parent, depth + 1, get) {
+                    return Some(found);
+                }
+            }
+        }
+        None
+    }
+}
+
+fn patch_extensions(prop: &Value) -> FieldDef {
+    // Kubernetes puts the extensions on the property itself, next to `allOf`/`items`; older
+    // generators put them inside the single `allOf` member.
+    let ext = |k: &str| {
+        prop.get(k).and_then(Value::as_str).or_else(|| {
+            prop.get("allOf")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .find_map(|m| m.get(k).and_then(Value::as_str))
+        })
+    };
+    let mut def = FieldDef::default();
+    if let Some(strategies) = ext("x-kubernetes-patch-strategy") {
+        for s in strategies.split(',').map(str::trim) {
+            match s {
+                MERGE => def.strategy = PatchStrategy::Merge,
+                REPLACE => def.strategy = PatchStrategy::Replace,
+                "retainKeys" => def.retain_keys = true,
+                _ => {}
+            }
+        }
+    }
+    def.merge_key = ext("x-kubernetes-patch-merge-key")
+        .filter(|k| !k.is_empty())
+        .map(str::to_string);
+    def
+}
+
+impl PatchSchema {
+    /// Compiles `doc` (e.g. `GET /openapi/v3/apis/apps/v1`) and picks the schema of
+    /// `group`/`version`/`kind`. Prefer [`PatchSchemaIndex`] when several kinds share a
+    /// document: this compiles the whole document each time.
+    pub fn from_openapi_v3(doc: &Value, group: &str, version: &str, kind: &str) -> Option<Self> {
+        PatchSchemaIndex::from_openapi(doc).for_kind(group, version, kind)
+    }
+
+    /// The component name of this schema, when it is a named one.
+    pub fn name(&self) -> Option<&str> {
+        self.graph.nodes.get(self.node)?.name.as_deref()
+    }
+
+    /// Patch metadata of `key` in this object; `None` when the schema does not know the key.
+    /// Keys of a map-typed object (`additionalProperties`) are known, with no strategy.
+    pub fn field(&self, key: &str) -> Option<FieldPatchMeta<'_>> {
+        if let Some((def, _)) = self.graph.field(self.node, key, 0) {
+            return Some(FieldPatchMeta {
+                schema: def.schema.map(|node| self.with_node(node)),
+                strategy: def.strategy,
+                retain_keys: def.retain_keys,
+                merge_key: def.merge_key.as_deref(),
+            });
+        }
+        let additional = self.graph.walk(self.node, 0, &|n| n.additional)?;
+        Some(FieldPatchMeta {
+            schema: Some(self.with_node(additional)),
+            ..FieldPatchMeta::default()
+        })
+    }
+
+    /// The element schema, when this is the schema of a list.
+    pub fn items(&self) -> Option<PatchSchema> {
+        let node = self.graph.walk(self.node, 0, &|n| n.items)?;
+        Some(self.with_node(node))
+    }
+
+    fn with_node(&self, node: NodeId) -> PatchSchema {
+        PatchSchema {
+            graph: Arc::clone(&self.graph),
+            node,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Applying patches
+// ---------------------------------------------------------------------------------------------
+
+/// Applies an RFC 7386 JSON merge patch (`application/merge-patch+json`).
+pub fn apply_json_merge_patch(original: &Value, patch: &Value) -> Value {
+    let mut doc = original.clone();
+    json_patch::merge(&mut doc, patch);
+    doc
+}
+
+/// Applies a strategic merge patch to `original` the way the apiserver does. `schema` is the
+/// object's kind (see [`PatchSchemaIndex::for_kind`]); without it every list is replaced
+/// unless the patch carries `$setElementOrder` for it. A `null` original counts as `{}`.
+pub fn apply_strategic_merge_patch(
+    original: &Value,
+    patch: &Value,
+    schema: Option<&PatchSchema>,
+) -> std::result::Result<Value, StrategicMergeError> {
+    let Value::Object(patch) = patch else {
+        return Err(StrategicMergeError::NotAnObject {
+            what: "patch",
+            found: type_name(patch),
+        });
+    };
+    let original = match original {
+        Value::Object(m) => m.clone(),
+        Value::Null => Map::new(),
+        other => {
+            return Err(StrategicMergeError::NotAnObject {
+                what: "original object",
+                found: type_name(other),
+            });
+        }
+    };
+    merge_map(original, patch.clone(), schema, &Path::root()).map(Value::Object)
+}
+
+/// Where in the object we are, rendered only for error messages.
+enum Seg<'a> {
+    Root,
+    Field(&'a str),
+    Item(&'a str, &'a Value),
+}
+
+struct Path<'a> {
+    parent: Option<&'a Path<'a>>,
+    seg: Seg<'a>,
+    depth: usize,
+}
+
+impl<'a> Path<'a> {
+    fn root() -> Self {
+        Path {
+            parent: None,
+            seg: Seg::Root,
+            depth: 0,
+        }
+    }
+
+    fn child(&'a self, seg: Seg<'a>) -> Result<Path<'a>> {
+        if self.depth >= MAX_DEPTH {
+            return Err(StrategicMergeError::TooDeep {
+                path: self.to_string(),
+            });
+        }
+        Ok(Path {
+            parent: Some(self),
+            seg,
+            depth: self.depth + 1,
+        })
+    }
+}
+
+impl fmt::Display for Path<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(parent) = self.parent {
+            write!(f, "{parent}")?;
+        }
+        match self.seg {
+            Seg::Root => write!(f, "$"),
+            Seg::Field(name) => write!(f, ".{name}"),
+            Seg::Item(key, value) => write!(f, "[{key}={}]", quote(value)),
+        }
+    }
+}
+
+fn quote(v: &Value) -> String {
+    let mut s = v.to_string();
+    if s.len() > MAX_QUOTE {
+        let mut cut = MAX_QUOTE;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push('…');
+    }
+    s
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "list",
+        Value::Object(_) => "map",
+    }
+}
+
+/// The Go type a decoded JSON value has upstream; the merge compares these, not values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Null,
+    Bool,
+    Number,
+    String,
+    List,
+    Map,
+}
+
+fn kind_of(v: &Value) -> Kind {
+    match v {
+        Value::Null => Kind::Null,
+        Value::Bool(_) => Kind::Bool,
+        Value::Number(_) => Kind::Number,
+        Value::String(_) => Kind::String,
+        Value::Array(_) => Kind::List,
+        Value::Object(_) => Kind::Map,
+    }
+}
+
+/// Identity of a scalar or merge-key value with Go's `==` on decoded JSON: all numbers are
+/// float64 there, so `1` and `1.0` are the same element.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Id {
+    Null,
+    Bool(bool),
+    Number(u64),
+    String(String),
+    Other(String),
+}
+
+fn id_of(v: &Value) -> Id {
+    match v {
+        Value::Null => Id::Null,
+        Value::Bool(b) => Id::Bool(*b),
+        Value::Number(n) => {
+            let f = n.as_f64().unwrap_or(f64::NAN);
+            Id::Number(if f == 0.0 { 0 } else { f.to_bits() })
+        }
+        Value::String(s) => Id::String(s.clone()),
+        other => Id::Other(other.to_string()),
+    }
+}
+
+fn is_directive_key(k: &str) -> bool {
+    k == DIRECTIVE_MARKER
+        || k == RETAIN_KEYS_DIRECTIVE
+        || k.starts_with(SET_ELEMENT_ORDER_PREFIX)
+        || k.starts_with(DELETE_FROM_PRIMITIVE_LIST_PREFIX)
+}
+
+/// Makes patch content that lands in the result as-is look like what a typed decode of
+/// upstream's result would hold: maps carrying `$patch` vanish (upstream `removeDirectives`),
+/// explicit nulls vanish (`discardNullValuesFromPatch`), other directive keys are dropped.
+fn sanitize(v: Value) -> Option<Value> {
+    match v {
+        Value::Object(m) => {
+            if m.contains_key(DIRECTIVE_MARKER) {
+                return None;
+            }
+            Some(Value::Object(sanitize_map(m)))
+        }
+        Value::Array(items) => Some(Value::Array(sanitize_list(items))),
+        other => Some(other),
+    }
+}
+
+fn sanitize_map(m: Map<String, Value>) -> Map<String, Value> {
+    m.into_iter()
+        .filter(|(k, v)| !v.is_null() && !is_directive_key(k))
+        .filter_map(|(k, v)| sanitize(v).map(|v| (k, v)))
+        .collect()
+}
+
+fn sanitize_list(items: Vec<Value>) -> Vec<Value> {
+    items.into_iter().filter_map(sanitize).collect()
+}
+
+/// Splits `<prefix>/<field>`, as upstream `extractKey`.
+fn directive_field<'k>(key: &'k str, prefix: &str) -> Option<&'k str> {
+    match key.split_once('/') {
+        Some((p, field)) if p == prefix => Some(field),
+        _ => None,
+    }
+}
+
+/// Patch metadata of a list field; absent (`None` from [`list_meta`]) when the schema does not
+/// know the field.
+struct ListMeta {
+    strategy: PatchStrategy,
+    merge_key: Option<String>,
+    items: Option<PatchSchema>,
+}
+
+fn list_meta(schema: Option<&PatchSchema>, key: &str) -> Option<ListMeta> {
+    let field = schema?.field(key)?;
+    Some(ListMeta {
+        strategy: field.strategy,
+        merge_key: field.merge_key.map(str::to_string),
+        items: field.schema.and_then(|s| s.items()),
+    })
+}
+
+fn merge_map(
+    mut original: Map<String, Value>,
+    mut patch: Map<String, Value>,
+    schema: Option<&PatchSchema>,
+    path: &Path<'_>,
+) -> Result<Map<String, Value>> {
+    if let Some(directive) = patch.get(DIRECTIVE_MARKER) {
+        return match directive.as_str() {
+            Some(REPLACE) => {
+                patch.remove(DIRECTIVE_MARKER);
+                Ok(sanitize_map(patch))
+            }
+            // Upstream yields an empty map, not a missing key, when the key already exists.
+            Some(DELETE) => Ok(Map::new()),
+            _ => Err(StrategicMergeError::UnknownPatchType {
+                path: path.to_string(),
+                directive: quote(directive),
+                item: quote(&Value::Object(patch)),
+            }),
+        };
+    }
+
+    apply_retain_keys(&mut original, &mut patch, path)?;
+    merge_set_element_order(&mut original, &mut patch, schema, path)?;
+
+    for (key, patch_v) in patch {
+        let (field, is_delete_list) = if key.starts_with(DELETE_FROM_PRIMITIVE_LIST_PREFIX) {
+            let Some(field) = directive_field(&key, DELETE_FROM_PRIMITIVE_LIST_PREFIX) else {
+                return Err(StrategicMergeError::BadPrimitiveList {
+                    path: path.to_string(),
+                    reason: format!(
+                        "{key:?} is not of the form {DELETE_FROM_PRIMITIVE_LIST_PREFIX}/<field>"
+                    ),
+                });
+            };
+            (field.to_string(), true)
+        } else {
+            (key, false)
+        };
+
+        if patch_v.is_null() {
+            original.remove(&field);
+            continue;
+        }
+        let Some(orig_v) = original.get_mut(&field) else {
+            if !is_delete_list && let Some(v) = sanitize(patch_v) {
+                original.insert(field, v);
+            }
+            continue;
+        };
+        if kind_of(orig_v) != kind_of(&patch_v) {
+            if !is_delete_list {
+                match sanitize(patch_v) {
+                    Some(v) => *orig_v = v,
+                    None => {
+                        original.remove(&field);
+                    }
+                }
+            }
+            continue;
+        }
+        let child = path.child(Seg::Field(&field))?;
+        match patch_v {
+            Value::Object(patch_m) => {
+                let meta = schema.and_then(|s| s.field(&field));
+                let Value::Object(orig_m) = std::mem::take(orig_v) else {
+                    continue;
+                };
+                let merged = match meta {
+                    Some(m) if m.strategy == PatchStrategy::Replace => sanitize_map(patch_m),
+                    Some(m) => merge_map(orig_m, patch_m, m.schema.as_ref(), &child)?,
+                    None => merge_map(orig_m, patch_m, None, &child)?,
+                };
+                *orig_v = Value::Object(merged);
+            }
+            Value::Array(patch_l) => {
+                let Value::Array(orig_l) = std::mem::take(orig_v) else {
+                    continue;
+                };
+                let meta = list_meta(schema, &field).or_else(|| infer_list_meta(&[], &patch_l));
+                let merged = merge_list_field(orig_l, patch_l, meta, is_delete_list, &child)?;
+                *orig_v = Value::Array(merged);
+            }
+            scalar => *orig_v = scalar,
+        }
+    }
+    Ok(original)
+}
+
+/// Upstream `applyRetainKeysDirective`: drops keys of `original` not listed in `$retainKeys`
+/// after checking the patch only sets listed keys.
+fn apply_retain_keys(
+    original: &mut Map<String, Value>,
+    patch: &mut Map<String, Value>,
+    path: &Path<'_>,
+) -> Result<()> {
+    let Some(retain) = patch.remove(RETAIN_KEYS_DIRECTIVE) else {
+        return Ok(());
+    };
+    let Value::Array(retain) = retain else {
+        return Err(StrategicMergeError::BadRetainKeys {
+            path: path.to_string(),
+            reason: format!("expected a list, got {}", type_name(&retain)),
+        });
+    };
+    let keep: HashSet<&str> = retain.iter().filter_map(Value::as_str).collect();
+    for (k, v) in patch.iter() {
+        if v.is_null()
+            || k.starts_with(DELETE_FROM_PRIMITIVE_LIST_PREFIX)
+            || k.starts_with(SET_ELEMENT_ORDER_PREFIX)
+        {
+            continue;
+        }
+        if !keep.contains(k.as_str()) {
+            return Err(StrategicMergeError::BadRetainKeys {
+                path: path.to_string(),
+                reason: format!("{k:?} is set by the patch but not listed in $retainKeys"),
+            });
+        }
+    }
+    original.retain(|k, _| keep.contains(k.as_str()));
+    Ok(())
+}
+
+/// Upstream `mergePatchIntoOriginal`: merges every list that has a `$setElementOrder`
+/// together with its directive and puts the result in the requested order. Consumes both the
+/// directive and the list from `patch`.
+fn merge_set_element_order(
+    original: &mut Map<String, Value>,
+    patch: &mut Map<String, Value>,
+    schema: Option<&PatchSchema>,
+    path: &Path<'_>,
+) -> Result<()> {
+    let keys: Vec<String> = patch
+        .keys()
+        .filter(|k| k.starts_with(SET_ELEMENT_ORDER_PREFIX))
+        .cloned()
+        .collect();
+    for key in keys {
+        let Some(order) = patch.remove(&key) else {
+            continue;
+        };
+        let Some(field) = directive_field(&key, SET_ELEMENT_ORDER_PREFIX) else {
+            return Err(StrategicMergeError::BadSetElementOrder {
+                path: path.to_string(),
+                reason: format!("{key:?} is not of the form {SET_ELEMENT_ORDER_PREFIX}/<field>"),
+            });
+        };
+        let child = path.child(Seg::Field(field))?;
+        let Value::Array(order) = order else {
+            return Err(StrategicMergeError::BadSetElementOrder {
+                path: child.to_string(),
+                reason: format!("expected a list, got {}", type_name(&order)),
+            });
+        };
+        let as_list = |v: Option<Value>| -> Result<Option<Vec<Value>>> {
+            match v {
+                None => Ok(None),
+                Some(Value::Array(l)) => Ok(Some(l)),
+                Some(other) => Err(StrategicMergeError::BadType {
+                    path: child.to_string(),
+                    expected: "list",
+                    found: type_name(&other),
+                }),
+            }
+        };
+        // Both are consumed: on error the whole patch fails, on success the merged list is
+        // written back and the patch list must not be merged a second time.
+        let orig_list = as_list(original.remove(field))?;
+        let patch_list = as_list(patch.remove(field))?;
+
+        let meta = list_meta(schema, field)
+            .or_else(|| infer_list_meta(&order, patch_list.as_deref().unwrap_or_default()))
+            .unwrap_or(ListMeta {
+                strategy: PatchStrategy::Unspecified,
+                merge_key: None,
+                items: None,
+            });
+        let merge_key = meta.merge_key.clone();
+        let merge_key = merge_key.as_deref();
+        validate_patch_with_set_order_list(patch_list.as_deref(), &order, merge_key, &child)?;
+
+        let no_items = orig_list.as_ref().is_none_or(Vec::is_empty)
+            && patch_list.as_ref().is_none_or(Vec::is_empty);
+        let kind = if no_items {
+            None
+        } else {
+            Some(element_kind(
+                [orig_list.as_deref(), patch_list.as_deref()],
+                &child,
+            )?)
+        };
+        // A list of maps without a merge key has no identity to order by (upstream panics).
+        let order_key = match kind {
+            Some(Kind::Map) => merge_key.map(Some),
+            Some(_) => Some(None),
+            None => None,
+        };
+        let ids = match order_key {
+            Some(key) => Some((
+                ids_of(&order, key, &child)?,
+                ids_of(orig_list.as_deref().unwrap_or_default(), key, &child)?,
+            )),
+            None => None,
+        };
+        let merged = match (orig_list, patch_list) {
+            (Some(o), None) => o,
+            (None, Some(p)) => sanitize_list(p),
+            (Some(o), Some(p)) => merge_list_field(o, p, Some(meta), false, &child)?,
+            (None, None) => continue,
+        };
+        let ordered = match (ids, order_key) {
+            (Some((order_ids, server_ids)), Some(key)) => {
+                reorder(merged, &order_ids, &server_ids, key, &child)?
+            }
+            _ => merged,
+        };
+        original.insert(field.to_string(), Value::Array(ordered));
+    }
+    Ok(())
+}
+
+/// For list fields the schema does not know. kubectl only sends `$setElementOrder` and `$patch`
+/// list items for merge lists, writing order entries as `{<mergeKey>: value}` (bare scalars for
+/// primitive lists) and deletions as `{"$patch": "delete", <mergeKey>: value}`; so these
+/// reveal the merge key. `None` when they reveal nothing (the list is then replaced).
+fn infer_list_meta(order: &[Value], patch: &[Value]) -> Option<ListMeta> {
+    let mut merge_key: Option<&str> = None;
+    let mut scalars = false;
+    let directive_items = patch.iter().filter(|v| v.get(DIRECTIVE_MARKER).is_some());
+    for entry in order.iter().chain(directive_items) {
+        match entry {
+            Value::Object(m) => {
+                let mut keys = m.keys().filter(|k| !is_directive_key(k));
+                match (keys.next(), keys.next()) {
+                    (Some(k), None) if merge_key.is_none_or(|mk| mk == k) => {
+                        merge_key = Some(k.as_str());
+                    }
+                    // `{"$patch": "replace"}` carries no key.
+                    (None, _) => {}
+                    _ => return None,
+                }
+            }
+            Value::Array(_) => return None,
+            _ => scalars = true,
+        }
+    }
+    if scalars == merge_key.is_some() {
+        return None;
+    }
+    Some(ListMeta {
+        strategy: PatchStrategy::Merge,
+        merge_key: merge_key.map(str::to_string),
+        items: None,
+    })
+}
+
+/// Upstream `validatePatchWithSetOrderList`: patch items (deletions aside) must appear in the
+/// `$setElementOrder` list, in the same relative order.
+fn validate_patch_with_set_order_list(
+    patch: Option<&[Value]>,
+    order: &[Value],
+    merge_key: Option<&str>,
+    path: &Path<'_>,
+) -> Result<()> {
+    let patch = patch.unwrap_or_default();
+    if order.is_empty() || patch.is_empty() {
+        return Ok(());
+    }
+    // Maps without a merge key have no identity to compare (upstream panics here); the list
+    // is replaced wholesale anyway, so there is nothing to check.
+    if merge_key.is_none() && patch.iter().chain(order).any(Value::is_object) {
+        return Ok(());
+    }
+    let mut non_delete = Vec::with_capacity(patch.len());
+    for item in patch {
+        if merge_key.is_some() {
+            let Value::Object(m) = item else {
+                return Err(bad_type(path, "map", item));
+            };
+            if m.get(DIRECTIVE_MARKER).and_then(Value::as_str) == Some(DELETE) {
+                continue;
+            }
+        }
+        non_delete.push(item);
+    }
+    let identity = |v: &Value| -> Result<Id> {
+        match merge_key {
+            Some(mk) => merge_key_id(v, mk, path),
+            None => Ok(id_of(v)),
+        }
+    };
+    let (mut pi, mut si) = (0, 0);
+    while pi < non_delete.len() && si < order.len() {
+        let item = non_delete[pi];
+        if item.get(DIRECTIVE_MARKER).is_some() {
+            pi += 1;
+            continue;
+        }
+        if identity(item)? == identity(&order[si])? {
+            pi += 1;
+        }
+        si += 1;
+    }
+    if pi < non_delete.len() {
+        return Err(StrategicMergeError::SetElementOrderMismatch {
+            path: path.to_string(),
+            patch: quote(&Value::Array(patch.to_vec())),
+            order: quote(&Value::Array(order.to_vec())),
+        });
+    }
+    Ok(())
+}
+
+fn bad_type(path: &Path<'_>, expected: &'static str, found: &Value) -> StrategicMergeError {
+    StrategicMergeError::BadType {
+        path: path.to_string(),
+        expected,
+        found: type_name(found),
+    }
+}
+
+fn merge_key_id(item: &Value, merge_key: &str, path: &Path<'_>) -> Result<Id> {
+    let Value::Object(m) = item else {
+        return Err(bad_type(path, "map", item));
+    };
+    m.get(merge_key)
+        .map(id_of)
+        .ok_or_else(|| StrategicMergeError::MissingMergeKey {
+            path: path.to_string(),
+            item: quote(item),
+            merge_key: merge_key.to_string(),
+        })
+}
+
+/// Upstream `mergeSliceHandler`: merge strategy (or a `$deleteFromPrimitiveList`) merges,
+/// anything else replaces.
+fn merge_list_field(
+    original: Vec<Value>,
+    patch: Vec<Value>,
+    meta: Option<ListMeta>,
+    is_delete_list: bool,
+    path: &Path<'_>,
+) -> Result<Vec<Value>> {
+    let (strategy, merge_key, items) = match meta {
+        Some(m) => (m.strategy, m.merge_key, m.items),
+        None => (PatchStrategy::Unspecified, None, None),
+    };
+    if strategy != PatchStrategy::Merge && !is_delete_list {
+        return Ok(sanitize_list(patch));
+    }
+    if original.is_empty() && patch.is_empty() {
+        return Ok(original);
+    }
+    let kind = element_kind([Some(&original), Some(&patch)], path)?;
+    if kind != Kind::Map {
+        if is_delete_list {
+            let remove: HashSet<Id> = patch.iter().map(id_of).collect();
+            return Ok(original
+                .into_iter()
+                .filter(|v| !remove.contains(&id_of(v)))
+                .collect());
+        }
+        let server_ids = ids_of(&original, None, path)?;
+        let order_ids = ids_of(&patch, None, path)?;
+        let mut seen = HashSet::new();
+        let merged: Vec<Value> = original
+            .into_iter()
+            .chain(patch)
+            .filter(|v| seen.insert(id_of(v)))
+            .collect();
+        return reorder(merged, &order_ids, &server_ids, None, path);
+    }
+    let Some(merge_key) = merge_key else {
+        return Err(StrategicMergeError::NoMergeKey {
+            path: path.to_string(),
+        });
+    };
+    merge_map_list(original, patch, &merge_key, items.as_ref(), path)
+}
+
+/// Upstream `mergeSlice` for lists of maps: special (`$patch`) elements first, then merge by
+/// key, then order (patch order for patch items, live order for the rest).
+fn merge_map_list(
+    original: Vec<Value>,
+    patch: Vec<Value>,
+    merge_key: &str,
+    items_schema: Option<&PatchSchema>,
+    path: &Path<'_>,
+) -> Result<Vec<Value>> {
+    let mut replace = false;
+    let mut to_delete = HashSet::new();
+    let mut plain = Vec::with_capacity(patch.len());
+    for item in patch {
+        let Value::Object(m) = &item else {
+            return Err(bad_type(path, "map", &item));
+        };
+        match m.get(DIRECTIVE_MARKER) {
+            None => plain.push(item),
+            Some(d) if d.as_str() == Some(DELETE) => {
+                to_delete.insert(merge_key_id(&item, merge_key, path)?);
+            }
+            Some(d) if d.as_str() == Some(REPLACE) => replace = true,
+            Some(d) if d.as_str() == Some(MERGE) => {
+                return Err(StrategicMergeError::MergeDirectiveInList {
+                    path: path.to_string(),
+                });
+            }
+            Some(d) => {
+                return Err(StrategicMergeError::UnknownPatchType {
+                    path: path.to_string(),
+                    directive: quote(d),
+                    item: quote(&item),
+                });
+            }
+        }
+    }
+    let (mut base, patch) = if replace {
+        (sanitize_list(plain), Vec::new())
+    } else {
+        let kept = original
+            .into_iter()
+            .filter(|item| {
+                item.get(merge_key)
+                    .is_none_or(|k| !to_delete.contains(&id_of(k)))
+            })
+            .collect();
+        (kept, plain)
+    };
+
+    let server_order = base
+        .iter()
+        .map(|item| merge_key_id(item, merge_key, path))
+        .collect::<Result<Vec<_>>>()?;
+    let patch_order = patch
+        .iter()
+        .map(|item| merge_key_id(item, merge_key, path))
+        .collect::<Result<Vec<_>>>()?;
+
+    // First occurrence wins, as upstream's linear `findMapInSliceBasedOnKeyValue`.
+    let mut index: HashMap<Id, usize> = HashMap::with_capacity(base.len());
+    for (i, item) in base.iter().enumerate() {
+        if let Some(k) = item.get(merge_key) {
+            index.entry(id_of(k)).or_insert(i);
+        }
+    }
+    for (item, id) in patch.into_iter().zip(patch_order.iter()) {
+        match index.get(id) {
+            Some(&i) => {
+                let Value::Object(patch_m) = item else {
+                    continue;
+                };
+                let orig_m = match std::mem::take(&mut base[i]) {
+                    Value::Object(m) => m,
+                    other => return Err(bad_type(path, "map", &other)),
+                };
+                let key_value = patch_m.get(merge_key).cloned().unwrap_or_default();
+                let child = path.child(Seg::Item(merge_key, &key_value))?;
+                base[i] = Value::Object(merge_map(orig_m, patch_m, items_schema, &child)?);
+            }
+            None => {
+                if let Some(v) = sanitize(item) {
+                    index.insert(id.clone(), base.len());
+                    base.push(v);
+                }
+            }
+        }
+    }
+    let patch_set: HashSet<&Id> = patch_order.iter().collect();
+    let (patch_items, server_only) = partition(base, merge_key, |id| patch_set.contains(id), path)?;
+    Ok(merge_sorted(
+        sort_by_order(server_only, &server_order),
+        sort_by_order(patch_items, &patch_order),
+        &server_order,
+    ))
+}
+
+/// Upstream `normalizeElementOrder` for an already merged list: items named in `order` go
+/// in that order, the others keep their live order, and the two are interleaved by live order.
+fn reorder(
+    merged: Vec<Value>,
+    order_ids: &[Id],
+    server_ids: &[Id],
+    merge_key: Option<&str>,
+    path: &Path<'_>,
+) -> Result<Vec<Value>> {
+    let order_set: HashSet<&Id> = order_ids.iter().collect();
+    let (patch_items, server_only) = match merge_key {
+        Some(mk) => partition(merged, mk, |id| order_set.contains(id), path)?,
+        None => merged
+            .into_iter()
+            .map(|v| (id_of(&v), v))
+            .partition(|(id, _)| order_set.contains(id)),
+    };
+    Ok(merge_sorted(
+        sort_by_order(server_only, server_ids),
+        sort_by_order(patch_items, order_ids),
+        server_ids,
+    ))
+}
+
+/// Identities of list items: the merge key's value for maps, the item itself for scalars.
+fn ids_of(list: &[Value], merge_key: Option<&str>, path: &Path<'_>) -> Result<Vec<Id>> {
+    list.iter()
+        .map(|v| match merge_key {
+            Some(mk) => merge_key_id(v, mk, path),
+            None => Ok(id_of(v)),
+        })
+        .collect()
+}
+
+type Keyed = Vec<(Id, Value)>;
+
+fn partition(
+    merged: Vec<Value>,
+    merge_key: &str,
+    in_patch: impl Fn(&Id) -> bool,
+    path: &Path<'_>,
+) -> Result<(Keyed, Keyed)> {
+    let mut patch_items = Vec::new();
+    let mut server_only = Vec::new();
+    for item in merged {
+        let id = merge_key_id(&item, merge_key, path)?;
+        if in_patch(&id) {
+            patch_items.push((id, item));
+        } else {
+            server_only.push((id, item));
+        }
+    }
+    Ok((patch_items, server_only))
+}
+
+fn first_positions(order: &[Id]) -> HashMap<&Id, usize> {
+    let mut pos = HashMap::with_capacity(order.len());
+    for (i, id) in order.iter().enumerate() {
+        pos.entry(id).or_insert(i);
+    }
+    pos
+}
+
+/// Upstream `normalizeSliceOrder`. Items missing from `order` cannot happen for the lists
+/// this is called with; should one appear it stays after the ordered ones (upstream's
+/// comparator is not a strict order there, so its placement is unspecified).
+fn sort_by_order(mut items: Keyed, order: &[Id]) -> Keyed {
+    let pos = first_positions(order);
+    items.sort_by_key(|(id, _)| pos.get(id).copied().unwrap_or(usize::MAX));
+    items
+}
+
+/// Upstream `mergeSortedSlice`: inserts live-only items (`left`) among patch items (`right`)
+/// where the live order puts them; a patch item unknown to the live list goes first.
+fn merge_sorted(left: Keyed, right: Keyed, server_order: &[Id]) -> Vec<Value> {
+    let pos = first_positions(server_order);
+    let mut out = Vec::with_capacity(left.len() + right.len());
+    let mut left = left.into_iter().peekable();
+    let mut right = right.into_iter().peekable();
+    loop {
+        let take_left = match (left.peek(), right.peek()) {
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => break,
+            (Some((l, _)), Some((r, _))) => match (pos.get(l), pos.get(r)) {
+                (Some(li), Some(ri)) => li < ri,
+                _ => false,
+            },
+        };
+        let next = if take_left { left.next() } else { right.next() };
+        if let Some((_, v)) = next {
+            out.push(v);
+        }
+    }
+    out
+}
+
+/// Upstream `sliceElementType`: every element of the given lists must have the same kind,
+/// and lists of lists are refused.
+fn element_kind(lists: [Option<&[Value]>; 2], path: &Path<'_>) -> Result<Kind> {
+    let mut kind = None;
+    for v in lists.into_iter().flatten().flatten() {
+        let k = kind_of(v);
+        match kind {
+            None if k == Kind::List => {
+                return Err(StrategicMergeError::ListOfLists {
+                    path: path.to_string(),
+                });
+            }
+            None => kind = Some(k),
+            Some(prev) if prev != k => {
+                return Err(StrategicMergeError::MixedListTypes {
+                    path: path.to_string(),
+                });
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(kind.unwrap_or(Kind::Null))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// The `MergeItem` test struct of upstream's patch_test.go, as an OpenAPI v3 document.
+    fn merge_item_doc() -> Value {
+        let item = json!({"$ref": "#/components/schemas/mergeItem"});
+        json!({"components": {"schemas": {
+            "mergeItem": {
+                "type": "object",
+                "x-kubernetes-group-version-kind": [{"group": "test", "version": "v1", "kind": "MergeItem"}],
+                "properties": {
+                    "name": {"type": "string"},
+                    "value": {"type": "string"},
+                    "other": {"type": "string"},
+                    "mergingList": {"type": "array", "items": item,
+                        "x-kubernetes-patch-strategy": "merge", "x-kubernetes-patch-merge-key": "name"},
+                    "nonMergingList": {"type": "array", "items": item},
+                    "mergingIntList": {"type": "array", "items": {"type": "integer"},
+                        "x-kubernetes-patch-strategy": "merge"},
+                    "nonMergingIntList": {"type": "array", "items": {"type": "integer"}},
+                    "mergeItemPtr": {"allOf": [item],
+                        "x-kubernetes-patch-strategy": "merge", "x-kubernetes-patch-merge-key": "name"},
+                    "simpleMap": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "replacingItem": {"type": "object", "x-kubernetes-patch-strategy": "replace"},
+                    "retainKeysMap": {"allOf": [{"$ref": "#/components/schemas/retainKeysMergeItem"}],
+                        "x-kubernetes-patch-strategy": "retainKeys"},
+                    "retainKeysMergingList": {"type": "array", "items": item,
+                        "x-kubernetes-patch-strategy": "merge,retainKeys",
+                        "x-kubernetes-patch-merge-key": "name"}
+                }
+            },
+            "retainKeysMergeItem": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string"},
+                    "value": {"type": "string"},
+                    "other": {"type": "string"},
+                    "simpleMap": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "mergingIntList": {"type": "array", "items": {"type": "integer"},
+                        "x-kubernetes-patch-strategy": "merge"},
+                    "mergingList": {"type": "array", "items": item,
+                        "x-kubernetes-patch-strategy": "merge", "x-kubernetes-patch-merge-key": "name"},
+                    "nonMergingList": {"type": "array", "items": item}
+                }
+            }
+        }}})
+    }
+
+    fn merge_item_schema() -> PatchSchema {
+        PatchSchema::from_openapi_v3(&merge_item_doc(), "test", "v1", "MergeItem")
+            .expect("MergeItem schema")
+    }
+
+    fn apply(original: Value, patch: Value) -> Result<Value> {
+        apply_strategic_merge_patch(&original, &patch, Some(&merge_item_schema()))
+    }
+
+    #[track_caller]
+    fn check(description: &str, original: Value, patch: Value, expected: Value) {
+        match apply(original, patch) {
+            Ok(got) => assert_eq!(got, expected, "{description}"),
+            Err(e) => panic!("{description}: unexpected error {e}"),
+        }
+    }
+
+    #[track_caller]
+    fn check_err(description: &str, original: Value, patch: Value, needle: &str) {
+        match apply(original, patch) {
+            Ok(got) => panic!("{description}: expected an error, got {got}"),
+            Err(e) => assert!(
+                e.to_string().contains(needle),
+                "{description}: error {e:?} does not mention {needle:?}"
+            ),
+        }
+    }
+
+    // Ported from upstream customStrategicMergePatchTestCaseData.
+    #[test]
+    fn upstream_custom_cases() {
+        check(
+            "unique scalars when merging lists",
+            json!({"mergingIntList": [1, 2]}),
+            json!({"mergingIntList": [2, 3]}),
+            json!({"mergingIntList": [1, 2, 3]}),
+        );
+        check(
+            "delete map from nested map",
+            json!({"simpleMap": {"key1": 1, "key2": 1}}),
+            json!({"simpleMap": {"$patch": "delete"}}),
+            json!({"simpleMap": {}}),
+        );
+        check(
+            "delete all items from merging list",
+            json!({"mergingList": [{"name": 1}, {"name": 2}]}),
+            json!({"mergingList": [{"$patch": "replace"}]}),
+            json!({"mergingList": []}),
+        );
+        check(
+            "merge empty merging lists",
+            json!({"mergingList": []}),
+            json!({"mergingList": []}),
+            json!({"mergingList": []}),
+        );
+        check(
+            "delete all keys from map",
+            json!({"name": 1, "value": 1}),
+            json!({"$patch": "replace"}),
+            json!({}),
+        );
+        check(
+            "add key and delete all keys from map",
+            json!({"name": 1, "value": 1}),
+            json!({"other": "a", "$patch": "replace"}),
+            json!({"other": "a"}),
+        );
+        check(
+            "delete all duplicate entries in a merging list",
+            json!({"mergingList": [{"name": 1}, {"name": 1}, {"name": 2, "value": "a"}, {"name": 3}, {"name": 3}]}),
+            json!({"mergingList": [{"name": 1, "$patch": "delete"}, {"name": 3, "$patch": "delete"}]}),
+            json!({"mergingList": [{"name": 2, "value": "a"}]}),
+        );
+        check(
+            "retainKeys map can add a field when no retainKeys directive present",
+            json!({"retainKeysMap": {"name": "foo"}}),
+            json!({"retainKeysMap": {"value": "bar"}}),
+            json!({"retainKeysMap": {"name": "foo", "value": "bar"}}),
+        );
+        check(
+            "retainKeys map can delete a field when no retainKeys directive present",
+            json!({"retainKeysMap": {"name": "foo", "value": "a"}}),
+            json!({"retainKeysMap": {"value": null}}),
+            json!({"retainKeysMap": {"name": "foo"}}),
+        );
+        check(
+            "retainKeys list can change a field when no retainKeys directive present",
+            json!({"retainKeysMergingList": [{"name": "bar"}, {"name": "foo", "value": "a"}]}),
+            json!({"retainKeysMergingList": [{"name": "foo", "value": "b"}]}),
+            json!({"retainKeysMergingList": [{"name": "bar"}, {"name": "foo", "value": "b"}]}),
+        );
+        check(
+            "preserve the order from the patch in a merging list",
+            json!({"mergingList": [{"name": 1}, {"name": 2, "value": "b"}, {"name": 3}]}),
+            json!({"mergingList": [{"name": 3, "value": "c"}, {"name": 1, "value": "a"}, {"name": 2, "other": "x"}]}),
+            json!({"mergingList": [{"name": 3, "value": "c"}, {"name": 1, "value": "a"}, {"name": 2, "value": "b", "other": "x"}]}),
+        );
+        check(
+            "preserve the order from the patch in a merging list 2",
+            json!({"mergingList": [{"name": 1}, {"name": 2, "value": "b"}, {"name": 3}]}),
+            json!({"mergingList": [{"name": 3, "value": "c"}, {"name": 1, "value": "a"}]}),
+            json!({"mergingList": [{"name": 2, "value": "b"}, {"name": 3, "value": "c"}, {"name": 1, "value": "a"}]}),
+        );
+        check(
+            "preserve the order from the patch in a merging int list",
+            json!({"mergingIntList": [1, 2, 3]}),
+            json!({"mergingIntList": [3, 1, 2]}),
+            json!({"mergingIntList": [3, 1, 2]}),
+        );
+        check(
+            "preserve the order from the patch in a merging int list 2",
+            json!({"mergingIntList": [1, 2, 3]}),
+            json!({"mergingIntList": [3, 1]}),
+            json!({"mergingIntList": [2, 3, 1]}),
+        );
+    }
+
+    // Ported from upstream customStrategicMergePatchRawTestCases.
+    #[test]
+    fn upstream_custom_raw_cases() {
+        check(
+            "$setElementOrder contains item that is not present in the list to be merged",
+            json!({"mergingList": [{"name": 1}, {"name": 3}]}),
+            json!({
+                "$setElementOrder/mergingList": [{"name": 3}, {"name": 2}, {"name": 1}],
+                "mergingList": [{"name": 3, "value": 3}, {"name": 1, "value": 1}]
+            }),
+            json!({"mergingList": [{"name": 3, "value": 3}, {"name": 1, "value": 1}]}),
+        );
+        check(
+            "$setElementOrder contains item that is not present in the int list to be merged",
+            json!({"mergingIntList": [1, 3]}),
+            json!({"$setElementOrder/mergingIntList": [3, 2, 1]}),
+            json!({"mergingIntList": [3, 1]}),
+        );
+        check_err(
+            "should check if order in $setElementOrder and patch list match",
+            json!({"mergingList": [{"name": 1}, {"name": 3}, {"name": 2}]}),
+            json!({
+                "$setElementOrder/mergingList": [{"name": 1}, {"name": 2}, {"name": 3}],
+                "mergingList": [{"name": 3, "value": 3}, {"name": 1, "value": 1}]
+            }),
+            "doesn't match",
+        );
+        check_err(
+            "should check if order in $setElementOrder and patch int list match",
+            json!({"mergingIntList": [1, 3, 2]}),
+            json!({"$setElementOrder/mergingIntList": [1, 2, 3], "mergingIntList": [3, 1]}),
+            "doesn't match",
+        );
+        check_err(
+            "missing merge key should error out",
+            json!({"mergingList": [{"name": 1, "value": "a"}]}),
+            json!({"mergingList": [{"value": "b"}]}),
+            "does not contain declared merge key",
+        );
+        check(
+            "$deleteFromPrimitiveList of nonexistent item should not add the item",
+            json!({"mergingIntList": [1, 2]}),
+            json!({"$deleteFromPrimitiveList/mergingIntList": [3]}),
+            json!({"mergingIntList": [1, 2]}),
+        );
+        check(
+            "$deleteFromPrimitiveList on nonexistent primitive list should not add the list",
+            json!({"foo": ["bar"]}),
+            json!({"$deleteFromPrimitiveList/mergingIntList": [3]}),
+            json!({"foo": ["bar"]}),
+        );
+        check(
+            "$deleteFromPrimitiveList should delete item from a list with merge patch strategy",
+            json!({"mergingIntList": [1, 2, 3]}),
+            json!({"$deleteFromPrimitiveList/mergingIntList": [2]}),
+            json!({"mergingIntList": [1, 3]}),
+        );
+        check(
+            "$deleteFromPrimitiveList should delete item from a list without merge patch strategy",
+            json!({"nonMergingIntList": [1, 2, 3]}),
+            json!({"$deleteFromPrimitiveList/nonMergingIntList": [2]}),
+            json!({"nonMergingIntList": [1, 3]}),
+        );
+    }
+
+    // Three-way patches applied to "current", from upstream createStrategicMergePatchTestCaseData
+    // and strategicMergePatchRawTestCases.
+    #[test]
+    fn upstream_three_way_results() {
+        check(
+            "add field and delete field from map",
+            json!({"name": 1, "other": "a"}),
+            json!({"name": null, "value": 1}),
+            json!({"value": 1, "other": "a"}),
+        );
+        check(
+            "delete field from nested map",
+            json!({"simpleMap": {"key1": 1, "key2": 1, "other": "a"}}),
+            json!({"simpleMap": {"key2": null}}),
+            json!({"simpleMap": {"key1": 1, "other": "a"}}),
+        );
+        check(
+            "replace list of scalars with conflict",
+            json!({"nonMergingIntList": [1, 4]}),
+            json!({"nonMergingIntList": [2, 3]}),
+            json!({"nonMergingIntList": [2, 3]}),
+        );
+        check(
+            "delete all maps from merging list with conflict",
+            json!({"mergingList": [{"name": 1, "other": "a"}, {"name": 2, "other": "b"}]}),
+            json!({"mergingList": [{"name": 1, "$patch": "delete"}, {"name": 2, "$patch": "delete"}]}),
+            json!({"mergingList": []}),
+        );
+        check(
+            "delete all maps from empty merging list",
+            json!({"mergingList": []}),
+            json!({"mergingList": [{"name": 1, "$patch": "delete"}, {"name": 2, "$patch": "delete"}]}),
+            json!({"mergingList": []}),
+        );
+        check(
+            "defined null values should not be propagated into the result",
+            json!({"name": "a", "other": "a"}),
+            json!({"name": 1, "value": 1, "other": null}),
+            json!({"name": 1, "value": 1}),
+        );
+        check(
+            "nested patch merge with empty list",
+            json!({"name": "hi", "mergingList": [{"name": "hello2"}]}),
+            json!({
+                "$setElementOrder/mergingList": [{"name": "hello"}, {"name": "doesntexist"}],
+                "mergingList": [{"name": "hello"}, {"$patch": "delete", "name": "doesntexist"}]
+            }),
+            json!({"name": "hi", "mergingList": [{"name": "hello"}, {"name": "hello2"}]}),
+        );
+        check(
+            "nested patch merge with empty list (two-way, list absent from original)",
+            json!({"name": "hi"}),
+            json!({"mergingList": [{"name": "hello"}, {"$patch": "delete", "name": "doesntexist"}]}),
+            json!({"name": "hi", "mergingList": [{"name": "hello"}]}),
+        );
+        check(
+            "delete items in lists of scalars",
+            json!({"mergingIntList": [1, 2, 3, 4]}),
+            json!({"$setElementOrder/mergingIntList": [1, 2], "$deleteFromPrimitiveList/mergingIntList": [3]}),
+            json!({"mergingIntList": [1, 2, 4]}),
+        );
+        check(
+            "delete all duplicate items in lists of scalars",
+            json!({"mergingIntList": [1, 2, 3, 3, 4]}),
+            json!({"$setElementOrder/mergingIntList": [1, 2], "$deleteFromPrimitiveList/mergingIntList": [3]}),
+            json!({"mergingIntList": [1, 2, 4]}),
+        );
+        check(
+            "add and delete items in lists of scalars",
+            json!({"mergingIntList": [1, 2, 3]}),
+            json!({
+                "$setElementOrder/mergingIntList": [1, 2, 4],
+                "$deleteFromPrimitiveList/mergingIntList": [3],
+                "mergingIntList": [4]
+            }),
+            json!({"mergingIntList": [1, 2, 4]}),
+        );
+        check(
+            "merge lists of maps",
+            json!({"mergingList": [{"name": 1, "other": "a"}, {"name": 2, "value": 2, "other": "b"}]}),
+            json!({
+                "$setElementOrder/mergingList": [{"name": 4}, {"name": 1}, {"name": 2}, {"name": 3}],
+                "mergingList": [{"name": 4, "value": 4}, {"name": 3, "value": 3}]
+            }),
+            json!({"mergingList": [
+                {"name": 4, "value": 4},
+                {"name": 1, "other": "a"},
+                {"name": 2, "value": 2, "other": "b"},
+                {"name": 3, "value": 3}
+            ]}),
+        );
+        check(
+            "merge lists of maps with conflict",
+            json!({"mergingList": [{"name": 1, "other": "a"}, {"name": 2, "value": 3, "other": "b"}]}),
+            json!({
+                "$setElementOrder/mergingList": [{"name": 1}, {"name": 2}, {"name": 3}],
+                "mergingList": [{"name": 2, "value": 2}, {"name": 3, "value": 3}]
+            }),
+            json!({"mergingList": [
+                {"name": 1, "other": "a"},
+                {"name": 2, "value": 2, "other": "b"},
+                {"name": 3, "value": 3}
+            ]}),
+        );
+    }
+
+    #[test]
+    fn set_element_order_keeps_server_only_items_in_live_position() {
+        check(
+            "server-only items interleave by live order",
+            json!({"mergingList": [{"name": "a"}, {"name": "x"}, {"name": "b"}, {"name": "y"}]}),
+            json!({
+                "$setElementOrder/mergingList": [{"name": "b"}, {"name": "a"}],
+                "mergingList": [{"name": "b", "value": 1}]
+            }),
+            json!({"mergingList": [
+                {"name": "x"}, {"name": "b", "value": 1}, {"name": "a"}, {"name": "y"}
+            ]}),
+        );
+        check(
+            "reorder only",
+            json!({"mergingIntList": [1, 2, 3]}),
+            json!({"$setElementOrder/mergingIntList": [3, 2, 1]}),
+            json!({"mergingIntList": [3, 2, 1]}),
+        );
+        check(
+            "nested lists inside merged items",
+            json!({"mergingList": [{"name": 1, "mergingList": [{"name": "a"}, {"name": "b"}]}]}),
+            json!({"mergingList": [{
+                "name": 1,
+                "$setElementOrder/mergingList": [{"name": "b"}, {"name": "c"}, {"name": "a"}],
+                "mergingList": [{"name": "c", "value": "new"}]
+            }]}),
+            json!({"mergingList": [{"name": 1, "mergingList": [
+                {"name": "b"}, {"name": "c", "value": "new"}, {"name": "a"}
+            ]}]}),
+        );
+    }
+
+    #[test]
+    fn retain_keys_directive() {
+        check(
+            "retainKeys drops unlisted keys",
+            json!({"retainKeysMap": {"name": "foo", "value": "a", "other": "b"}}),
+            json!({"retainKeysMap": {"$retainKeys": ["name", "simpleMap"], "simpleMap": {"k": "v"}}}),
+            json!({"retainKeysMap": {"name": "foo", "simpleMap": {"k": "v"}}}),
+        );
+        check(
+            "retainKeys inside merging list items",
+            json!({"retainKeysMergingList": [{"name": "foo", "value": "a", "other": "b"}]}),
+            json!({"retainKeysMergingList": [{"name": "foo", "$retainKeys": ["name", "other"], "other": "c"}]}),
+            json!({"retainKeysMergingList": [{"name": "foo", "other": "c"}]}),
+        );
+        check_err(
+            "patch sets a key missing from retainKeys",
+            json!({"retainKeysMap": {"name": "foo"}}),
+            json!({"retainKeysMap": {"$retainKeys": ["name"], "value": "x"}}),
+            "retainKeys",
+        );
+        check_err(
+            "retainKeys not a list",
+            json!({"retainKeysMap": {"name": "foo"}}),
+            json!({"retainKeysMap": {"$retainKeys": "name"}}),
+            "retainKeys",
+        );
+    }
+
+    #[test]
+    fn patch_directives_on_maps_and_lists() {
+        check(
+            "$patch: replace on a nested map",
+            json!({"simpleMap": {"a": "1", "b": "2"}}),
+            json!({"simpleMap": {"$patch": "replace", "c": "3"}}),
+            json!({"simpleMap": {"c": "3"}}),
+        );
+        check(
+            "$patch: replace inside a merging list keeps only the patch items",
+            json!({"mergingList": [{"name": 1, "value": "a"}, {"name": 2}]}),
+            json!({"mergingList": [{"name": 3, "value": "c"}, {"$patch": "replace"}]}),
+            json!({"mergingList": [{"name": 3, "value": "c"}]}),
+        );
+        check(
+            "replace strategy from the schema replaces maps",
+            json!({"replacingItem": {"a": 1, "b": 2}}),
+            json!({"replacingItem": {"c": 3}}),
+            json!({"replacingItem": {"c": 3}}),
+        );
+        check(
+            "$patch: delete on a map that is not in the original leaves it out",
+            json!({"name": 1}),
+            json!({"simpleMap": {"$patch": "delete"}}),
+            json!({"name": 1}),
+        );
+        check(
+            "merge key pointer field",
+            json!({"mergeItemPtr": [{"name": 1, "value": "a"}]}),
+            json!({"mergeItemPtr": [{"name": 2}]}),
+            json!({"mergeItemPtr": [{"name": 2}, {"name": 1, "value": "a"}]}),
+        );
+        check(
+            "non-merging list of maps is replaced",
+            json!({"nonMergingList": [{"name": 1}, {"name": 2}]}),
+            json!({"nonMergingList": [{"name": 3}]}),
+            json!({"nonMergingList": [{"name": 3}]}),
+        );
+        check(
+            "type change replaces",
+            json!({"simpleMap": {"a": "1"}}),
+            json!({"simpleMap": "now a string"}),
+            json!({"simpleMap": "now a string"}),
+        );
+        check(
+            "numbers compare as float64, like upstream",
+            json!({"mergingList": [{"name": 1, "value": "a"}]}),
+            json!({"mergingList": [{"name": 1.0, "other": "b"}]}),
+            json!({"mergingList": [{"name": 1.0, "value": "a", "other": "b"}]}),
+        );
+        check_err(
+            "$patch: merge in a list is refused",
+            json!({"mergingList": [{"name": 1}]}),
+            json!({"mergingList": [{"$patch": "merge"}]}),
+            "merging lists cannot yet be specified",
+        );
+        check_err(
+            "unknown $patch on a map",
+            json!({"simpleMap": {"a": "1"}}),
+            json!({"simpleMap": {"$patch": "frobnicate"}}),
+            "unknown patch type",
+        );
+        check_err(
+            "delete directive without merge key",
+            json!({"mergingList": [{"name": 1}]}),
+            json!({"mergingList": [{"$patch": "delete"}]}),
+            "does not contain declared merge key: name",
+        );
+        check_err(
+            "$setElementOrder not a list",
+            json!({"mergingList": [{"name": 1}]}),
+            json!({"$setElementOrder/mergingList": {"name": 1}}),
+            "setElementOrder",
+        );
+        check_err(
+            "mixed element types",
+            json!({"mergingIntList": [1, 2]}),
+            json!({"mergingIntList": ["3"]}),
+            "not identical",
+        );
+        check_err(
+            "lists of lists",
+            json!({"mergingIntList": [[1]]}),
+            json!({"mergingIntList": [[2]]}),
+            "lists of lists",
+        );
+        check_err(
+            "malformed $deleteFromPrimitiveList key",
+            json!({"mergingIntList": [1]}),
+            json!({"$deleteFromPrimitiveListmergingIntList": [1]}),
+            "primitive list",
+        );
+    }
+
+    #[test]
+    fn patch_and_original_must_be_objects() {
+        let err = apply_strategic_merge_patch(&json!({}), &json!([1]), None).unwrap_err();
+        assert_eq!(
+            err,
+            StrategicMergeError::NotAnObject {
+                what: "patch",
+                found: "list"
+            }
+        );
+        assert!(apply_strategic_merge_patch(&json!("x"), &json!({}), None).is_err());
+        assert_eq!(
+            apply_strategic_merge_patch(&Value::Null, &json!({"a": 1}), None).unwrap(),
+            json!({"a": 1})
+        );
+    }
+
+    #[test]
+    fn directives_never_reach_the_result() {
+        let got = apply(
+            json!({"name": 1}),
+            json!({
+                "mergingList": [{
+                    "name": "new",
+                    "$setElementOrder/mergingList": [{"name": "x"}],
+                    "mergingList": [{"name": "x", "value": null}],
+                    "$retainKeys": ["name"],
+                    "$deleteFromPrimitiveList/mergingIntList": [1],
+                    "simpleMap": {"$patch": "replace", "a": "1"}
+                }],
+                "$setElementOrder/nonMergingList": [{"name": "y"}],
+                "nonMergingList": [{"name": "y", "$retainKeys": ["name"]}]
+            }),
+        )
+        .unwrap();
+        assert_eq!(
+            got,
+            json!({
+                "name": 1,
+                "mergingList": [{"name": "new", "mergingList": [{"name": "x"}]}],
+                "nonMergingList": [{"name": "y"}]
+            })
+        );
+        // A data key that merely starts with `$` (JSONSchemaProps' `$ref`) is not a directive.
+        let got = apply_strategic_merge_patch(
+            &json!({"schema": {"type": "object"}}),
+            &json!({"schema": {"$ref": "#/x"}}),
+            None,
+        )
+        .unwrap();
+        assert_eq!(got, json!({"schema": {"type": "object", "$ref": "#/x"}}));
+    }
+
+    #[test]
+    fn without_schema_lists_are_replaced_unless_ordered() {
+        let original =
+            json!({"spec": {"items": [{"name": "a", "v": 1}, {"name": "b"}], "tags": ["x", "y"]}});
+        let got = apply_strategic_merge_patch(
+            &original,
+            &json!({"spec": {"items": [{"name": "a", "v": 2}], "tags": ["z"]}}),
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            got,
+            json!({"spec": {"items": [{"name": "a", "v": 2}], "tags": ["z"]}})
+        );
+
+        let got = apply_strategic_merge_patch(
+            &original,
+            &json!({"spec": {
+                "$setElementOrder/items": [{"name": "c"}, {"name": "a"}],
+                "items": [{"name": "c"}, {"name": "b", "$patch": "delete"}],
+                "$setElementOrder/tags": ["y", "z"],
+                "$deleteFromPrimitiveList/tags": ["x"],
+                "tags": ["z"]
+            }}),
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            got,
+            json!({"spec": {"items": [{"name": "c"}, {"name": "a", "v": 1}], "tags": ["y", "z"]}})
+        );
+    }
+
+    #[test]
+    fn without_schema_directive_items_reveal_the_merge_key() {
+        let original = json!({"items": [{"name": "a", "v": 1}, {"name": "b"}]});
+        let got = apply_strategic_merge_patch(
+            &original,
+            &json!({"$setElementOrder/items": [], "items": [
+                {"$patch": "delete", "name": "a"}, {"$patch": "delete", "name": "b"}
+            ]}),
+            None,
+        )
+        .unwrap();
+        assert_eq!(got, json!({"items": []}));
+
+        let got = apply_strategic_merge_patch(
+            &original,
+            &json!({"items": [{"$patch": "delete", "name": "a"}, {"name": "c"}]}),
+            None,
+        )
+        .unwrap();
+        assert_eq!(got, json!({"items": [{"name": "c"}, {"name": "b"}]}));
+
+        // Entries that do not agree on one key reveal nothing: plain replacement.
+        let got = apply_strategic_merge_patch(
+            &original,
+            &json!({"items": [{"$patch": "delete", "name": "a", "id": 1}, {"name": "c"}]}),
+            None,
+        )
+        .unwrap();
+        assert_eq!(got, json!({"items": [{"name": "c"}]}));
+    }
+
+    #[test]
+    fn json_merge_patch() {
+        let got = apply_json_merge_patch(
+            &json!({"a": 1, "b": {"c": 2, "d": 3}, "l": [1, 2]}),
+            &json!({"a": null, "b": {"c": 4}, "l": [3]}),
+        );
+        assert_eq!(got, json!({"b": {"c": 4, "d": 3}, "l": [3]}));
+    }
+
+    /// A trimmed apps/v1 document shaped like the real one: `allOf` wrappers around `$ref`s,
+    /// patch extensions next to `items`.
+    fn apps_v1_doc() -> Value {
+        let r = |name: &str| json!({"allOf": [{"$ref": format!("#/components/schemas/{name}")}], "default": {}});
+        json!({"openapi": "3.0.0", "components": {"schemas": {
+            "io.k8s.api.apps.v1.Deployment": {
+                "type": "object",
+                "properties": {
+                    "apiVersion": {"type": "string"},
+                    "kind": {"type": "string"},
+                    "metadata": r("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"),
+                    "spec": r("io.k8s.api.apps.v1.DeploymentSpec"),
+                },
+                "x-kubernetes-group-version-kind": [{"group": "apps", "kind": "Deployment", "version": "v1"}]
+            },
+            "io.k8s.api.apps.v1.DeploymentSpec": {
+                "type": "object",
+                "properties": {
+                    "replicas": {"type": "integer", "format": "int32"},
+                    "selector": r("io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector"),
+                    "strategy": {
+                        "allOf": [{"$ref": "#/components/schemas/io.k8s.api.apps.v1.DeploymentStrategy"}],
+                        "x-kubernetes-patch-strategy": "retainKeys"
+                    },
+                    "template": r("io.k8s.api.core.v1.PodTemplateSpec")
+                }
+            },
+            "io.k8s.api.apps.v1.DeploymentStrategy": {
+                "type": "object",
+                "properties": {"type": {"type": "string"}, "rollingUpdate": {"type": "object"}}
+            },
+            "io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector": {
+                "type": "object",
+                "properties": {"matchLabels": {"type": "object", "additionalProperties": {"type": "string"}}}
+            },
+            "io.k8s.api.core.v1.PodTemplateSpec": {
+                "type": "object",
+                "properties": {
+                    "metadata": r("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"),
+                    "spec": {"$ref": "#/components/schemas/io.k8s.api.core.v1.PodSpec"}
+                }
+            },
+            "io.k8s.api.core.v1.PodSpec": {
+                "type": "object",
+                "properties": {
+                    "containers": {
+                        "type": "array",
+                        "items": r("io.k8s.api.core.v1.Container"),
+                        "x-kubernetes-list-map-keys": ["name"],
+                        "x-kubernetes-list-type": "map",
+                        "x-kubernetes-patch-merge-key": "name",
+                        "x-kubernetes-patch-strategy": "merge"
+                    },
+                    "volumes": {
+                        "type": "array",
+                        "items": r("io.k8s.api.core.v1.Volume"),
+                        "x-kubernetes-patch-merge-key": "name",
+                        "x-kubernetes-patch-strategy": "merge,retainKeys"
+                    },
+                    "tolerations": {"type": "array", "items": {"type": "object"}},
+                    "nodeSelector": {"type": "object", "additionalProperties": {"type": "string"}}
+                }
+            },
+            "io.k8s.api.core.v1.Volume": {
+                "type": "object",
+                "properties": {"name": {"type": "string"}, "configMap": {"type": "object"}, "emptyDir": {"type": "object"}}
+            },
+            "io.k8s.api.core.v1.Container": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string"},
+                    "image": {"type": "string"},
+                    "args": {"type": "array", "items": {"type": "string", "default": ""}},
+                    "env": {
+                        "type": "array",
+                        "items": r("io.k8s.api.core.v1.EnvVar"),
+                        "x-kubernetes-patch-merge-key": "name",
+                        "x-kubernetes-patch-strategy": "merge"
+                    },
+                    "ports": {
+                        "type": "array",
+                        "items": r("io.k8s.api.core.v1.ContainerPort"),
+                        "x-kubernetes-patch-merge-key": "containerPort",
+                        "x-kubernetes-patch-strategy": "merge"
+                    }
+                }
+            },
+            "io.k8s.api.core.v1.EnvVar": {
+                "type": "object",
+                "properties": {"name": {"type": "string"}, "value": {"type": "string"}}
+            },
+            "io.k8s.api.core.v1.ContainerPort": {
+                "type": "object",
+                "properties": {"containerPort": {"type": "integer"}, "protocol": {"type": "string"}}
+            },
+            "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string"},
+                    "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "finalizers": {
+                        "type": "array",
+                        "items": {"type": "string"},
+                        "x-kubernetes-patch-strategy": "merge"
+                    }
+                }
+            },
+            "broken": {"properties": {"x": {"$ref": "#/components/schemas/doesNotExist"}, "y": 7}}
+        }}})
+    }
+
+    #[test]
+    fn schema_walks_refs_and_all_of() {
+        let index = PatchSchemaIndex::from_openapi(&apps_v1_doc());
+        let deploy = index
+            .for_kind("apps", "v1", "Deployment")
+            .expect("Deployment");
+        assert_eq!(deploy.name(), Some("io.k8s.api.apps.v1.Deployment"));
+        assert!(index.for_kind("apps", "v1", "StatefulSet").is_none());
+        assert!(index.for_kind("", "v1", "Deployment").is_none());
+
+        let pod_spec = deploy
+            .field("spec")
+            .and_then(|f| f.schema)
+            .and_then(|s| s.field("template")?.schema)
+            .and_then(|s| s.field("spec")?.schema)
+            .expect("PodSpec");
+        assert_eq!(pod_spec.name(), Some("io.k8s.api.core.v1.PodSpec"));
+        let containers = pod_spec.field("containers").expect("containers");
+        assert_eq!(containers.strategy, PatchStrategy::Merge);
+        assert_eq!(containers.merge_key, Some("name"));
+        let container = containers
+            .schema
+            .and_then(|s| s.items())
+            .expect("Container");
+        assert_eq!(container.name(), Some("io.k8s.api.core.v1.Container"));
+        let ports = container.field("ports").expect("ports");
+        assert_eq!(ports.merge_key, Some("containerPort"));
+        let volumes = pod_spec.field("volumes").expect("volumes");
+        assert_eq!(
+            (volumes.strategy, volumes.retain_keys),
+            (PatchStrategy::Merge, true)
+        );
+        let spec = deploy
+            .field("spec")
+            .and_then(|f| f.schema)
+            .expect("DeploymentSpec");
+        let strategy = spec.field("strategy").expect("strategy");
+        assert!(strategy.retain_keys && strategy.strategy == PatchStrategy::Unspecified);
+        // Map keys are known fields without a strategy; unknown keys are unknown.
+        assert!(
+            pod_spec
+                .field("nodeSelector")
+                .and_then(|f| f.schema)
+                .is_some_and(|s| s.field("any").is_some())
+        );
+        assert!(pod_spec.field("noSuchField").is_none());
+
+        let broken = index.for_schema_name("broken").expect("broken");
+        assert!(broken.field("x").is_some_and(|f| f.schema.is_none()));
+        assert!(broken.field("y").is_some_and(|f| f.schema.is_none()));
+    }
+
+    #[test]
+    fn odd_documents_do_not_panic() {
+        for doc in [
+            json!(null),
+            json!([]),
+            json!({"components": {"schemas": []}}),
+            json!({"components": {"schemas": {"a": 1, "b": {"allOf": "x"}, "c": {"$ref": 5}}}}),
+            json!({"components": {"schemas": {
+                "loop": {"allOf": [{"$ref": "#/components/schemas/loop"}],
+                    "x-kubernetes-group-version-kind": [{"group": "g", "version": "v", "kind": "K"}, "junk"]},
+                "self": {"properties": {"me": {"$ref": "#/components/schemas/self"}}, "items": {"$ref": "#/components/schemas/self"}}
+            }}}),
+        ] {
+            let index = PatchSchemaIndex::from_openapi(&doc);
+            if let Some(s) = index.for_kind("g", "v", "K") {
+                assert!(s.field("anything").is_none());
+                assert!(s.items().is_none());
+            }
+            if let Some(s) = index.for_schema_name("self") {
+                let me = s.field("me").and_then(|f| f.schema).expect("self ref");
+                assert_eq!(me.name(), Some("self"));
+                assert!(me.items().is_some());
+            }
+        }
+    }
+
+    /// `kubectl apply` after the user bumped replicas, changed the nginx image, removed the
+    /// sidecar and added env B: the three-way patch kubectl sends.
+    fn kubectl_deployment_case() -> (Value, Value, Value) {
+        let original = json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {
+                "name": "web",
+                "namespace": "default",
+                "labels": {"app": "web"},
+                "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{\"old\":true}"},
+                "finalizers": ["example.com/keep"]
+            },
+            "spec": {
+                "replicas": 2,
+                "selector": {"matchLabels": {"app": "web"}},
+                "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1}},
+                "template": {
+                    "metadata": {"labels": {"app": "web"}},
+                    "spec": {"containers": [
+                        {
+                            "name": "nginx",
+                            "image": "nginx:1.25",
+                            "ports": [{"containerPort": 80, "protocol": "TCP"}],
+                            "env": [{"name": "A", "value": "1"}]
+                        },
+                        {"name": "sidecar", "image": "busybox:1.36", "args": ["sleep", "infinity"]}
+                    ]}
+                }
+            }
+        });
+        let patch = json!({
+            "metadata": {
+                "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{\"new\":true}"}
+            },
+            "spec": {
+                "replicas": 3,
+                "template": {"spec": {
+                    "$setElementOrder/containers": [{"name": "nginx"}],
+                    "containers": [
+                        {
+                            "$setElementOrder/env": [{"name": "A"}, {"name": "B"}],
+                            "env": [{"name": "B", "value": "2"}],
+                            "image": "nginx:1.27",
+                            "name": "nginx"
+                        },
+                        {"$patch": "delete", "name": "sidecar"}
+                    ]
+                }}
+            }
+        });
+        let expected = json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {
+                "name": "web",
+                "namespace": "default",
+                "labels": {"app": "web"},
+                "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{\"new\":true}"},
+                "finalizers": ["example.com/keep"]
+            },
+            "spec": {
+                "replicas": 3,
+                "selector": {"matchLabels": {"app": "web"}},
+                "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1}},
+                "template": {
+                    "metadata": {"labels": {"app": "web"}},
+                    "spec": {"containers": [{
+                        "name": "nginx",
+                        "image": "nginx:1.27",
+                        "ports": [{"containerPort": 80, "protocol": "TCP"}],
+                        "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]
+                    }]}
+                }
+            }
+        });
+        (original, patch, expected)
+    }
+
+    #[test]
+    fn kubectl_apply_deployment_with_schema() {
+        let schema = PatchSchema::from_openapi_v3(&apps_v1_doc(), "apps", "v1", "Deployment");
+        assert!(schema.is_some());
+        let (original, patch, expected) = kubectl_deployment_case();
+        let got = apply_strategic_merge_patch(&original, &patch, schema.as_ref()).unwrap();
+        assert_eq!(got, expected);
+    }
+
+    #[test]
+    fn kubectl_apply_deployment_without_schema() {
+        let (original, patch, expected) = kubectl_deployment_case();
+        let got = apply_strategic_merge_patch(&original, &patch, None).unwrap();
+        assert_eq!(got, expected);
+    }
+
+    #[test]
+    fn deployment_schema_details() {
+        let schema = PatchSchema::from_openapi_v3(&apps_v1_doc(), "apps", "v1", "Deployment");
+        let original = json!({"metadata": {"finalizers": ["a"]}, "spec": {
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1}},
+            "template": {"spec": {
+                "tolerations": [{"key": "a"}, {"key": "b"}],
+                "volumes": [{"name": "cfg", "configMap": {"name": "c1"}}],
+                "containers": [{"name": "app", "ports": [{"containerPort": 80}, {"containerPort": 443}]}]
+            }}
+        }});
+        let patch = json!({"metadata": {"finalizers": ["b"]}, "spec": {
+            "strategy": {"$retainKeys": ["type"], "type": "Recreate"},
+            "template": {"spec": {
+                "tolerations": [{"key": "c"}],
+                "volumes": [{"name": "cfg", "$retainKeys": ["emptyDir", "name"], "emptyDir": {}}],
+                "containers": [{"name": "app", "ports": [{"containerPort": 443, "protocol": "TCP"}]}]
+            }}
+        }});
+        let got = apply_strategic_merge_patch(&original, &patch, schema.as_ref()).unwrap();
+        assert_eq!(
+            got,
+            // Without `$setElementOrder`, upstream puts items the live list lacks first.
+            json!({"metadata": {"finalizers": ["b", "a"]}, "spec": {
+                "strategy": {"type": "Recreate"},
+                "template": {"spec": {
+                    "tolerations": [{"key": "c"}],
+                    "volumes": [{"name": "cfg", "emptyDir": {}}],
+                    "containers": [{"name": "app", "ports": [
+                        {"containerPort": 80}, {"containerPort": 443, "protocol": "TCP"}
+                    ]}]
+                }}
+            }})
+        );
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let schema = PatchSchema::from_openapi_v3(&apps_v1_doc(), "apps", "v1", "Deployment");
+        let err = apply_strategic_merge_patch(
+            &json!({"spec": {"template": {"spec": {"containers": [{"name": "a", "env": []}]}}}}),
+            &json!({"spec": {"template": {"spec": {"containers": [{"name": "a", "env": [{"value": "x"}]}]}}}}),
+            schema.as_ref(),
+        )
+        .unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("$.spec.template.spec.containers[name=\"a\"].env"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("does not contain declared merge key: name"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn too_deep_patches_are_refused() {
+        let mut original = json!({});
+        let mut patch = json!({"leaf": 1});
+        for _ in 0..(MAX_DEPTH + 5) {
+            original = json!({ "a": original });
+            patch = json!({ "a": patch });
+        }
+        let err = apply_strategic_merge_patch(&original, &patch, None).unwrap_err();
+        assert!(matches!(err, StrategicMergeError::TooDeep { .. }));
+    }
+
+    /// Loads a real document (e.g. `kubectl get --raw /openapi/v3/apis/apps/v1 > apps.json`)
+    /// when `SMP_OPENAPI_FIXTURE` points at one.
+    #[test]
+    fn real_openapi_fixture() {
+        let Ok(path) = std::env::var("SMP_OPENAPI_FIXTURE") else {
+            return;
+        };
+        let text = std::fs::read_to_string(&path).expect("read SMP_OPENAPI_FIXTURE");
+        let doc: Value = serde_json::from_str(&text).expect("parse SMP_OPENAPI_FIXTURE");
+        let schema = PatchSchema::from_openapi_v3(&doc, "apps", "v1", "Deployment")
+            .expect("fixture must be the apps/v1 document");
+        let (original, patch, expected) = kubectl_deployment_case();
+        let got = apply_strategic_merge_patch(&original, &patch, Some(&schema)).unwrap();
+        assert_eq!(got, expected);
+    }
+}

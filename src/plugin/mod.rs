@@ -1,0 +1,386 @@
+//! `kubectl clusternet`: the kubectl plugin of upstream `clusternet/kubectl-clusternet`
+//! (`pkg/plugin/clusternet.go`, cli.md §1), built into the `clusternet` binary.
+//!
+//! Upstream links kubectl's commands and swaps their transport. Here the real `kubectl` (from
+//! `KUBECTL` or `PATH`) is run as a child process with the user's arguments, minus the plugin's
+//! own flags and the config/credential flags, against a generated kubeconfig:
+//! - parent mode (no `--cluster-id`): a loopback proxy ([`proxy`]) that forwards to the parent with
+//!   the user's credentials and rewrites paths to the shadow API ([`rewrite`], cli.md §2);
+//! - child mode (`--cluster-id` + `--child-kubeconfig`): the hub's socket proxy as the server, the
+//!   parent credentials, and impersonation of `clusternet` carrying the child identity as user
+//!   extras ([`kubeconfig`], cli.md §1.2, hub.md §2.3). kubectl itself then handles exec, logs,
+//!   port-forward and watches.
+//!
+//! The exit code is kubectl's; the plugin's own failures print one `error: ...` line and exit 1.
+
+pub mod args;
+pub mod kubeconfig;
+pub mod proxy;
+pub mod rewrite;
+
+use std::ffi::{OsStr, OsString};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use crate::plugin::args::{Invocation, OwnFlags};
+use crate::plugin::kubeconfig::{KubeconfigError, Parent, TempDir};
+
+/// Everything that makes the plugin itself fail (exit code 1).
+#[derive(Debug, thiserror::Error)]
+pub enum PluginError {
+    #[error(transparent)]
+    Args(#[from] args::ArgError),
+    #[error("please specify a valid kubeconfig for child cluster through '--child-kubeconfig'")]
+    MissingChildKubeconfig,
+    #[error("please specify a valid cluster UUID with '--cluster-id'")]
+    MissingClusterId,
+    #[error("kubectl not found in PATH: install kubectl or set KUBECTL to its path")]
+    KubectlNotFound,
+    #[error("KUBECTL={0} is not an executable file")]
+    KubectlNotExecutable(String),
+    #[error("kubectl at {0} is this plugin itself: set KUBECTL to the real kubectl")]
+    KubectlIsSelf(String),
+    #[error(transparent)]
+    Kubeconfig(#[from] KubeconfigError),
+    #[error("cannot use the parent credentials: {0}")]
+    Client(String),
+    #[error("cannot start the local proxy: {0}")]
+    Listen(#[source] std::io::Error),
+    #[error("cannot start the tokio runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    #[error("cannot run {path}: {source}")]
+    Spawn {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Entry point; `args` excludes the program name.
+pub fn main(args: Vec<OsString>) -> ExitCode {
+    init_tracing();
+    match run(&args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn init_tracing() {
+    let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
+    // kubectl owns stdout; the plugin's own diagnostics are opt-in through RUST_LOG
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn run(args: &[OsString]) -> Result<ExitCode, PluginError> {
+    let inv = args::split_args(args)?;
+    // upstream's `version` sub-command validates nothing and talks to no server
+    if args::subcommand(&inv.kubectl_args) == Some(OsStr::new("version")) {
+        println!("{}", version_json());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let child = validate(&inv.own)?;
+    let kubectl = find_kubectl()?;
+    let config = kubeconfig::load_kubeconfig(&inv.config)?;
+    let parent = kubeconfig::resolve_parent(&config, &inv.config)?;
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(PluginError::Runtime)?;
+    let result = match child {
+        Some((cluster_id, child_kubeconfig)) => runtime.block_on(child_mode(
+            &kubectl,
+            parent,
+            &cluster_id,
+            &child_kubeconfig,
+            &inv,
+        )),
+        None => runtime.block_on(parent_mode(&kubectl, parent, &inv)),
+    };
+    // the proxy's connection tasks may still hold a finished watch; nothing there needs flushing
+    runtime.shutdown_background();
+    result
+}
+
+/// Upstream `ClusternetOptions.Validate`; returns `(cluster id, child kubeconfig)` in child mode.
+fn validate(own: &OwnFlags) -> Result<Option<(String, String)>, PluginError> {
+    let id = own.cluster_id.clone().filter(|s| !s.is_empty());
+    let child = own.child_kubeconfig.clone().filter(|s| !s.is_empty());
+    match (id, child) {
+        (Some(id), Some(child)) => Ok(Some((id, child))),
+        (Some(_), None) => Err(PluginError::MissingChildKubeconfig),
+        (None, Some(_)) => Err(PluginError::MissingClusterId),
+        (None, None) => Ok(None),
+    }
+}
+
+/// Upstream prints its build information as indented JSON.
+fn version_json() -> String {
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    };
+    let info = serde_json::json!({
+        "gitVersion": format!("v{}", env!("CARGO_PKG_VERSION")),
+        "platform": format!("{}/{arch}", std::env::consts::OS),
+    });
+    serde_json::to_string_pretty(&info).unwrap_or_default()
+}
+
+fn find_kubectl() -> Result<PathBuf, PluginError> {
+    let configured = std::env::var_os("KUBECTL").filter(|v| !v.is_empty());
+    let found = match &configured {
+        Some(value) if Path::new(value).components().count() > 1 => {
+            let path = PathBuf::from(value);
+            if !is_executable(&path) {
+                return Err(PluginError::KubectlNotExecutable(
+                    path.display().to_string(),
+                ));
+            }
+            path
+        }
+        Some(name) => search_path(name)
+            .ok_or_else(|| PluginError::KubectlNotExecutable(name.to_string_lossy().into()))?,
+        None => search_path(OsStr::new("kubectl")).ok_or(PluginError::KubectlNotFound)?,
+    };
+    // a `kubectl` that is a link to this binary would run the plugin again, forever
+    if let (Ok(me), Ok(it)) = (
+        std::env::current_exe().and_then(|p| p.canonicalize()),
+        found.canonicalize(),
+    ) && me == it
+    {
+        return Err(PluginError::KubectlIsSelf(found.display().to_string()));
+    }
+    Ok(found)
+}
+
+fn search_path(name: &OsStr) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .map(|dir| dir.join(name))
+        .find(|candidate| is_executable(candidate))
+}
+
+fn is_executable(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+async fn parent_mode(
+    kubectl: &Path,
+    parent: Parent,
+    inv: &Invocation,
+) -> Result<ExitCode, PluginError> {
+    let mut config = kube::Config::from_custom_kubeconfig(
+        parent.to_kubeconfig(),
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .map_err(|e| PluginError::Client(e.to_string()))?;
+    // kubectl retries by itself; a second retry layer would also re-send non-idempotent writes
+    config.default_retry = false;
+    config.read_timeout = None;
+    let client = kube::Client::try_from(config).map_err(|e| PluginError::Client(e.to_string()))?;
+
+    let listener = tokio::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
+        .await
+        .map_err(PluginError::Listen)?;
+    let port = listener.local_addr().map_err(PluginError::Listen)?.port();
+    let token = session_token().map_err(PluginError::Listen)?;
+    tokio::spawn(proxy::serve(
+        listener,
+        Arc::new(proxy::Proxy::new(client, token.clone())),
+    ));
+    tracing::debug!(port, parent = parent.server(), "shadow proxy listening");
+
+    let dir = TempDir::new()?;
+    let generated = kubeconfig::proxy_kubeconfig(port, &token, parent.namespace.clone());
+    let path = dir.write_private("kubeconfig", &kubeconfig::render(&generated)?)?;
+    let mut leading = vec![flag_with_path("--kubeconfig=", &path)];
+    // kubectl keys its discovery cache by host:port; a fresh port per run would litter the
+    // user's cache directory, so unless the user chose one the cache lives with the kubeconfig
+    if !args::has_flag(&inv.kubectl_args, "--cache-dir") {
+        leading.push(flag_with_path("--cache-dir=", &dir.path().join("cache")));
+    }
+    run_kubectl(kubectl, leading, &inv.kubectl_args).await
+}
+
+async fn child_mode(
+    kubectl: &Path,
+    mut parent: Parent,
+    cluster_id: &str,
+    child_kubeconfig: &str,
+    inv: &Invocation,
+) -> Result<ExitCode, PluginError> {
+    let identity = kubeconfig::load_child_identity(child_kubeconfig)?;
+    kubeconfig::inline_files(&mut parent)?;
+    let generated = kubeconfig::child_kubeconfig(&parent, cluster_id, &identity, &inv.own);
+    tracing::debug!(
+        server = generated.clusters[0]
+            .cluster
+            .as_ref()
+            .and_then(|c| c.server.as_deref()),
+        "child mode through the socket proxy"
+    );
+    let dir = TempDir::new()?;
+    let path = dir.write_private("kubeconfig", &kubeconfig::render(&generated)?)?;
+    run_kubectl(
+        kubectl,
+        vec![flag_with_path("--kubeconfig=", &path)],
+        &inv.kubectl_args,
+    )
+    .await
+}
+
+fn flag_with_path(flag: &str, path: &Path) -> OsString {
+    let mut arg = OsString::from(flag);
+    arg.push(path.as_os_str());
+    arg
+}
+
+/// 32 random bytes from the kernel, hex encoded.
+fn session_token() -> std::io::Result<String> {
+    use std::io::Read;
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Runs kubectl with inherited stdio and returns its exit code. The terminal sends Ctrl-C to
+/// kubectl as well, so SIGINT is only absorbed here (the temporary files must still be removed);
+/// SIGTERM, which targets the plugin alone, is passed on by killing kubectl.
+async fn run_kubectl(
+    kubectl: &Path,
+    leading: Vec<OsString>,
+    rest: &[OsString],
+) -> Result<ExitCode, PluginError> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let spawn_error = |source| PluginError::Spawn {
+        path: kubectl.display().to_string(),
+        source,
+    };
+    let mut interrupt = signal(SignalKind::interrupt()).ok();
+    let mut terminate = signal(SignalKind::terminate()).ok();
+    let mut child = tokio::process::Command::new(kubectl)
+        .args(leading)
+        .args(rest)
+        .spawn()
+        .map_err(spawn_error)?;
+    let status = loop {
+        tokio::select! {
+            status = child.wait() => break status.map_err(spawn_error)?,
+            Some(()) = next_signal(&mut interrupt) => {}
+            Some(()) = next_signal(&mut terminate) => {
+                let _ = child.start_kill();
+            }
+        }
+    };
+    Ok(exit_code(status))
+}
+
+async fn next_signal(signal: &mut Option<tokio::signal::unix::Signal>) -> Option<()> {
+    match signal {
+        Some(signal) => signal.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+fn exit_code(status: std::process::ExitStatus) -> ExitCode {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+        // the shell convention for a child killed by a signal
+        (None, Some(signal)) => ExitCode::from(u8::try_from(128 + signal).unwrap_or(1)),
+        (None, None) => ExitCode::from(1),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn own(cluster_id: Option<&str>, child: Option<&str>) -> OwnFlags {
+        OwnFlags {
+            cluster_id: cluster_id.map(String::from),
+            child_kubeconfig: child.map(String::from),
+            ..OwnFlags::default()
+        }
+    }
+
+    #[test]
+    fn one_of_cluster_id_and_child_kubeconfig_is_an_error_with_upstream_wording() {
+        let err = validate(&own(Some("id"), None)).expect_err("child kubeconfig missing");
+        assert_eq!(
+            err.to_string(),
+            "please specify a valid kubeconfig for child cluster through '--child-kubeconfig'"
+        );
+        let err = validate(&own(None, Some("c.kubeconfig"))).expect_err("cluster id missing");
+        assert_eq!(
+            err.to_string(),
+            "please specify a valid cluster UUID with '--cluster-id'"
+        );
+        // empty values count as absent, as upstream checks the length
+        assert!(matches!(
+            validate(&own(Some(""), Some("c"))),
+            Err(PluginError::MissingClusterId)
+        ));
+        assert!(matches!(validate(&own(None, None)), Ok(None)));
+        assert!(matches!(
+            validate(&own(Some("id"), Some("c"))),
+            Ok(Some((id, c))) if id == "id" && c == "c"
+        ));
+    }
+
+    #[test]
+    fn version_is_json_with_the_crate_version() {
+        let value: serde_json::Value = serde_json::from_str(&version_json()).expect("json");
+        assert_eq!(
+            value["gitVersion"],
+            format!("v{}", env!("CARGO_PKG_VERSION"))
+        );
+    }
+
+    #[test]
+    fn bad_flags_fail_before_anything_runs() {
+        let err = run(&[OsString::from("get"), OsString::from("--cluster-id")])
+            .expect_err("missing value");
+        assert_eq!(err.to_string(), "flag needs an argument: --cluster-id");
+        let err = run(&[
+            OsString::from("--child-kubeconfig=x"),
+            OsString::from("get"),
+        ])
+        .expect_err("missing cluster id");
+        assert!(matches!(err, PluginError::MissingClusterId));
+    }
+
+    #[test]
+    fn exit_codes_follow_kubectl() {
+        let code = |raw: i32| exit_code(std::process::ExitStatus::from_raw(raw));
+        assert_eq!(code(0), ExitCode::SUCCESS);
+        assert_eq!(code(1 << 8), ExitCode::from(1));
+        assert_eq!(code(2 << 8), ExitCode::from(2));
+        // killed by SIGKILL
+        assert_eq!(code(9), ExitCode::from(137));
+    }
+
+    #[test]
+    fn session_tokens_are_random_hex() {
+        let a = session_token().expect("urandom");
+        let b = session_token().expect("urandom");
+        assert_eq!(a.len(), 64);
+        assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
+    }
+}

@@ -1,0 +1,325 @@
+//! Hub side of the tunnel: the registry of agent sessions (hub.md §2.4, §2.7).
+//!
+//! The HTTP layer authenticates `.../sockets/<clusterID>` requests, answers the WebSocket upgrade
+//! itself (see [`websocket_accept_key`]) and hands the upgraded connection to
+//! [`SessionRegistry::serve`], which runs a server-role session for as long as the agent stays
+//! connected. The proxy then dials child endpoints through [`SessionRegistry::get`]. Like
+//! remotedialer's session manager, several sessions per cluster may coexist (an agent that
+//! reconnects before the hub noticed the old socket die); dialing uses the oldest live one.
+//!
+//! Metrics: `clusternet_socket_connections_count` (gauge of open agent sockets) and
+//! `clusternet_socket_connections_duration_seconds` (histogram of socket lifetimes).
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
+
+use async_tungstenite::WebSocketStream;
+use async_tungstenite::tokio::TokioAdapter;
+use async_tungstenite::tungstenite::protocol::Role;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use super::session::{Session, SessionHandle, SessionOptions, SessionRole};
+
+/// Path prefix of the sockets subresource; the cluster ID follows it.
+pub const SOCKETS_PATH_PREFIX: &str = "/apis/proxies.clusternet.io/v1alpha1/sockets/";
+
+/// Gauge of open agent sockets.
+pub const METRIC_CONNECTIONS_COUNT: &str = "clusternet_socket_connections_count";
+/// Histogram of agent socket lifetimes in seconds.
+pub const METRIC_CONNECTIONS_DURATION: &str = "clusternet_socket_connections_duration_seconds";
+
+/// Why a sockets request path does not name a cluster.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SocketPathError {
+    /// Nothing after the prefix (answer 401, as remotedialer's authorizer does).
+    #[error("missing cluster id")]
+    MissingClusterId,
+    /// Not a sockets path at all, or extra segments (answer 400).
+    #[error("illegal request {0}")]
+    IllegalRequest(String),
+}
+
+/// Extracts the client key (= cluster ID) from a sockets request path, trailing slashes trimmed.
+pub fn cluster_id_from_path(path: &str) -> Result<&str, SocketPathError> {
+    let trimmed = path.trim_end_matches('/');
+    let Some(rest) = trimmed
+        .strip_prefix(SOCKETS_PATH_PREFIX)
+        .or_else(|| (trimmed == SOCKETS_PATH_PREFIX.trim_end_matches('/')).then_some(""))
+    else {
+        return Err(SocketPathError::IllegalRequest(path.to_owned()));
+    };
+    if rest.is_empty() {
+        return Err(SocketPathError::MissingClusterId);
+    }
+    if rest.contains('/') {
+        return Err(SocketPathError::IllegalRequest(path.to_owned()));
+    }
+    Ok(rest)
+}
+
+/// `Sec-WebSocket-Accept` for a request's `Sec-WebSocket-Key`, so the HTTP layer can answer
+/// `101 Switching Protocols` itself before handing the upgraded connection to
+/// [`SessionRegistry::serve`].
+pub fn websocket_accept_key(request_key: &[u8]) -> String {
+    async_tungstenite::tungstenite::handshake::derive_accept_key(request_key)
+}
+
+/// Live agent sessions by cluster ID.
+#[derive(Default)]
+pub struct SessionRegistry {
+    inner: Mutex<RegistryInner>,
+}
+
+#[derive(Default)]
+struct RegistryInner {
+    next_session_key: u64,
+    /// Oldest first, so `get` is stable while a reconnecting agent briefly has two sessions.
+    sessions: HashMap<String, Vec<(u64, SessionHandle)>>,
+}
+
+impl std::fmt::Debug for SessionRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionRegistry")
+            .field("connected", &self.connected())
+            .finish()
+    }
+}
+
+impl SessionRegistry {
+    /// An empty registry; share it with `Arc`.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, RegistryInner> {
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Runs a server session for `cluster_id` over an already-upgraded HTTP connection until it
+    /// ends. Dropping the future closes the session.
+    pub async fn serve<IO>(&self, cluster_id: &str, io: IO)
+    where
+        IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let ws = WebSocketStream::from_raw_socket(TokioAdapter::new(io), Role::Server, None).await;
+        self.serve_websocket(cluster_id, ws).await;
+    }
+
+    /// Like [`serve`](Self::serve) for a WebSocket whose handshake was done elsewhere.
+    pub async fn serve_websocket<S>(&self, cluster_id: &str, ws: WebSocketStream<S>)
+    where
+        S: futures::io::AsyncRead + futures::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let registration = {
+            let mut inner = self.lock();
+            inner.next_session_key += 1;
+            let session_key = inner.next_session_key;
+            // Key as remotedialer's "<clientKey>/<sessionKey>" so error texts match.
+            let options =
+                SessionOptions::new(SessionRole::Server, format!("{cluster_id}/{session_key}"));
+            let handle = Session::spawn_with(ws, options);
+            inner
+                .sessions
+                .entry(cluster_id.to_owned())
+                .or_default()
+                .push((session_key, handle.clone()));
+            Registration {
+                registry: self,
+                cluster_id: cluster_id.to_owned(),
+                session_key,
+                handle,
+                started: Instant::now(),
+            }
+        };
+        metrics::gauge!(METRIC_CONNECTIONS_COUNT).increment(1.0);
+        tracing::info!(
+            cluster = cluster_id,
+            session = registration.session_key,
+            "agent tunnel connected"
+        );
+        registration.handle.closed().await;
+    }
+
+    /// The oldest live session of `cluster_id`.
+    pub fn get(&self, cluster_id: &str) -> Option<SessionHandle> {
+        self.lock()
+            .sessions
+            .get(cluster_id)?
+            .iter()
+            .find(|(_, handle)| !handle.is_closed())
+            .map(|(_, handle)| handle.clone())
+    }
+
+    /// Cluster IDs with at least one live session, sorted.
+    pub fn connected(&self) -> Vec<String> {
+        let mut ids: Vec<String> = self
+            .lock()
+            .sessions
+            .iter()
+            .filter(|(_, list)| list.iter().any(|(_, handle)| !handle.is_closed()))
+            .map(|(id, _)| id.clone())
+            .collect();
+        ids.sort();
+        ids
+    }
+
+    /// Whether `cluster_id` has a live session.
+    pub fn is_connected(&self, cluster_id: &str) -> bool {
+        self.get(cluster_id).is_some()
+    }
+
+    fn remove(&self, cluster_id: &str, session_key: u64) {
+        let mut inner = self.lock();
+        if let Some(list) = inner.sessions.get_mut(cluster_id) {
+            list.retain(|(key, _)| *key != session_key);
+            if list.is_empty() {
+                inner.sessions.remove(cluster_id);
+            }
+        }
+    }
+}
+
+/// Deregisters a session however `serve` ends, including when its future is dropped.
+struct Registration<'a> {
+    registry: &'a SessionRegistry,
+    cluster_id: String,
+    session_key: u64,
+    handle: SessionHandle,
+    started: Instant,
+}
+
+impl Drop for Registration<'_> {
+    fn drop(&mut self) {
+        self.handle.close();
+        self.registry.remove(&self.cluster_id, self.session_key);
+        metrics::gauge!(METRIC_CONNECTIONS_COUNT).decrement(1.0);
+        metrics::histogram!(METRIC_CONNECTIONS_DURATION)
+            .record(self.started.elapsed().as_secs_f64());
+        tracing::info!(
+            cluster = %self.cluster_id,
+            session = self.session_key,
+            "agent tunnel disconnected"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    const WAIT: Duration = Duration::from_secs(10);
+
+    #[test]
+    fn cluster_id_from_sockets_path() {
+        let base = "/apis/proxies.clusternet.io/v1alpha1/sockets";
+        assert_eq!(cluster_id_from_path(&format!("{base}/abc")), Ok("abc"));
+        assert_eq!(cluster_id_from_path(&format!("{base}/abc//")), Ok("abc"));
+        assert_eq!(
+            cluster_id_from_path(&format!("{base}/")),
+            Err(SocketPathError::MissingClusterId)
+        );
+        assert_eq!(
+            cluster_id_from_path(base),
+            Err(SocketPathError::MissingClusterId)
+        );
+        assert_eq!(
+            cluster_id_from_path("/apis/other/abc"),
+            Err(SocketPathError::IllegalRequest("/apis/other/abc".into()))
+        );
+        assert!(matches!(
+            cluster_id_from_path(&format!("{base}/a/b")),
+            Err(SocketPathError::IllegalRequest(_))
+        ));
+        assert_eq!(
+            SocketPathError::IllegalRequest("/x".into()).to_string(),
+            "illegal request /x"
+        );
+    }
+
+    #[test]
+    fn accept_key_matches_rfc_6455_example() {
+        assert_eq!(
+            websocket_accept_key(b"dGhlIHNhbXBsZSBub25jZQ=="),
+            "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+        );
+    }
+
+    #[tokio::test]
+    async fn registry_tracks_sessions_and_dials_through_them() {
+        let echo = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let echo_addr = echo.local_addr().expect("addr").to_string();
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = echo.accept().await {
+                tokio::spawn(async move {
+                    let (mut r, mut w) = socket.into_split();
+                    let _ = tokio::io::copy(&mut r, &mut w).await;
+                });
+            }
+        });
+
+        let registry = Arc::new(SessionRegistry::new());
+        let mut agents = Vec::new();
+        let mut serves = Vec::new();
+        for _ in 0..2 {
+            let (hub_io, agent_io) = tokio::io::duplex(64 * 1024);
+            let reg = registry.clone();
+            serves.push(tokio::spawn(async move { reg.serve("c1", hub_io).await }));
+            let agent_ws =
+                WebSocketStream::from_raw_socket(TokioAdapter::new(agent_io), Role::Client, None)
+                    .await;
+            agents.push(Session::spawn(agent_ws, SessionRole::Client, "c1".into()));
+        }
+        tokio::time::timeout(WAIT, async {
+            while registry.lock().sessions.get("c1").map_or(0, Vec::len) < 2 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("both registered");
+        assert_eq!(registry.connected(), vec!["c1".to_owned()]);
+        assert!(registry.is_connected("c1"));
+        assert!(!registry.is_connected("c2"));
+
+        let first = registry.get("c1").expect("live session");
+        assert_eq!(first.key(), "c1/1", "the oldest session is used");
+        let mut stream = first.dial("tcp", &echo_addr).await.expect("dial");
+        stream.write_all(b"through the hub").await.expect("write");
+        let mut buf = [0u8; 15];
+        tokio::time::timeout(WAIT, stream.read_exact(&mut buf))
+            .await
+            .expect("in time")
+            .expect("read");
+        assert_eq!(&buf, b"through the hub");
+
+        // The agent of the first session goes away: dialing falls over to the second.
+        agents[0].close();
+        tokio::time::timeout(WAIT, serves.remove(0))
+            .await
+            .expect("serve returns")
+            .expect("serve task");
+        assert_eq!(registry.get("c1").expect("second").key(), "c1/2");
+
+        // Dropping the serve future (e.g. the HTTP task is aborted) deregisters too.
+        serves[0].abort();
+        tokio::time::timeout(WAIT, async {
+            while registry.is_connected("c1") {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("deregistered");
+        assert!(registry.connected().is_empty());
+        tokio::time::timeout(WAIT, agents[1].closed())
+            .await
+            .expect("agent session ends when the hub drops it");
+    }
+}
