@@ -109,6 +109,10 @@ pub async fn run_with_options(
     connected: watch::Sender<bool>,
 ) {
     let url = socket_url(&config.url, &config.cluster_id);
+    // after a lost session the hub is usually back within seconds (a restart, a rollout), so
+    // retry soon and back off to the regular period while it stays away
+    let first_retry = options.retry_period.min(Duration::from_secs(1));
+    let mut backoff = first_retry;
     while !cancel.is_cancelled() {
         let attempt = tokio::select! {
             attempt = connect(&config, &options) => attempt,
@@ -118,6 +122,7 @@ pub async fn run_with_options(
             Ok(session) => {
                 tracing::info!(url = %url, "connected to parent cluster tunnel");
                 connected.send_replace(true);
+                backoff = first_retry;
                 tokio::select! {
                     () = session.closed() => {
                         tracing::warn!(url = %url, "tunnel to parent cluster closed; reconnecting");
@@ -134,7 +139,8 @@ pub async fn run_with_options(
                 );
             }
         }
-        let wait = jittered(options.retry_period, options.jitter);
+        let wait = jittered(backoff, options.jitter);
+        backoff = (backoff * 2).min(options.retry_period);
         tokio::select! {
             () = tokio::time::sleep(wait) => {}
             () = cancel.cancelled() => break,

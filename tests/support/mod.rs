@@ -253,29 +253,7 @@ impl Clusternet {
 
     /// GET a path of the health/metrics port: (status, body).
     pub async fn get(&self, path: &str) -> Result<(u16, String), String> {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", self.health_port))
-            .await
-            .map_err(|e| format!("connect: {e}"))?;
-        s.write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-                .as_bytes(),
-        )
-        .await
-        .map_err(|e| e.to_string())?;
-        let mut buf = Vec::new();
-        s.read_to_end(&mut buf).await.map_err(|e| e.to_string())?;
-        let text = String::from_utf8_lossy(&buf).to_string();
-        let status = text
-            .split_whitespace()
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .ok_or_else(|| format!("no HTTP status in {text:?}"))?;
-        let body = text
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_string())
-            .unwrap_or_default();
-        Ok((status, body))
+        http_get(self.health_port, path).await
     }
 
     /// The value of a metric line that starts with `prefix` (name plus labels), if present.
@@ -608,4 +586,203 @@ pub async fn register_with(
         });
     }
     out
+}
+
+/// The hub of a test binary: one `clusternet --role=hub` on a fixed loopback port, registered
+/// with the parent through an ExternalName Service and the two APIServices. A bash watchdog
+/// restarts it when it dies (as a Deployment would), and when the test binary exits it stops the
+/// hub and removes the APIServices (an unavailable aggregated API stalls namespace deletion for
+/// the test binaries that follow).
+pub struct HubHandle {
+    _watchdog: std::sync::Mutex<std::process::Child>,
+    pub port: u16,
+    pub health_port: u16,
+    pub log: PathBuf,
+    pidfile: PathBuf,
+}
+
+impl HubHandle {
+    /// The hub's current process ID.
+    pub fn pid(&self) -> Option<u32> {
+        std::fs::read_to_string(&self.pidfile)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+    }
+
+    /// SIGKILLs the hub; the watchdog starts a new one a second later.
+    pub fn kill(&self) -> u32 {
+        let pid = self.pid().expect("hub pid");
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        pid
+    }
+
+    /// GET on the hub's health/metrics port.
+    pub async fn health_get(&self, path: &str) -> Result<(u16, String), String> {
+        http_get(self.health_port, path).await
+    }
+
+    /// A metric value from the hub's /metrics.
+    pub async fn metric(&self, prefix: &str) -> Option<f64> {
+        let (_, body) = self.health_get("/metrics").await.ok()?;
+        body.lines()
+            .find(|l| l.starts_with(prefix))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+/// A plain HTTP GET to a loopback port: (status, body).
+pub async fn http_get(port: u16, path: &str) -> Result<(u16, String), String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await.map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&buf).to_string();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("no HTTP status in {text:?}"))?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+impl TestEnv {
+    /// Starts (once per test binary) the hub against the parent and waits until the parent's
+    /// aggregator reports both APIServices Available. Also installs the CRDs and upstream's
+    /// bootstrap RBAC (`clusternet:system:socketsproxy`).
+    pub fn with_hub(&self) -> &'static HubHandle {
+        static HUB: OnceLock<HubHandle> = OnceLock::new();
+        HUB.get_or_init(|| {
+            self.install_crds();
+            let rbac = Command::new(self.bin("kubectl"))
+                .arg("--kubeconfig")
+                .arg(self.parent_kubeconfig())
+                .args([
+                    "apply",
+                    "-f",
+                    concat!(
+                        env!("CARGO_MANIFEST_DIR"),
+                        "/deploy/overlays/parent/bootstrap-rbac.yaml"
+                    ),
+                ])
+                .output()
+                .expect("kubectl apply");
+            assert!(
+                rbac.status.success(),
+                "applying the bootstrap RBAC: {}",
+                String::from_utf8_lossy(&rbac.stderr)
+            );
+            let port = free_port();
+            let health_port = free_port();
+            let id = std::process::id();
+            let log = self.dir.join("logs").join(format!("hub-{id}.log"));
+            let pidfile = self.dir.join(format!("hub-{id}.pid"));
+            let register = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/env/hub-register.sh");
+            let script = format!(
+                "start() {{ {bin} --role=hub --kubeconfig={kc} --bind-address=127.0.0.1 --secure-port={port} \
+                 --health-bind-address=127.0.0.1:{health_port} >>{log} 2>&1 & echo $! >{pidfile}; }}; \
+                 start; \
+                 while kill -0 {owner} 2>/dev/null; do \
+                   if ! kill -0 $(cat {pidfile}) 2>/dev/null; then sleep 1; start; fi; sleep 0.2; \
+                 done; kill $(cat {pidfile}) 2>/dev/null; K8S_BIN={k8s} bash {register} {kc} --delete",
+                bin = env!("CARGO_BIN_EXE_clusternet"),
+                kc = self.parent_kubeconfig().display(),
+                log = log.display(),
+                pidfile = pidfile.display(),
+                owner = id,
+                k8s = self.bin_dir().display(),
+            );
+            let child = Command::new("bash")
+                .args(["-c", &script])
+                .env("RUST_LOG", "info,clusternet::hub=debug")
+                .spawn()
+                .expect("starting the hub");
+            let reg = Command::new("bash")
+                .arg(register)
+                .arg(self.parent_kubeconfig())
+                .arg(port.to_string())
+                .env("K8S_BIN", self.bin_dir())
+                .output()
+                .expect("registering the hub");
+            assert!(
+                reg.status.success(),
+                "registering the hub: {}",
+                String::from_utf8_lossy(&reg.stderr)
+            );
+            for name in ["v1alpha1.proxies.clusternet.io", "v1alpha1.shadow"] {
+                let ok = Command::new(self.bin("kubectl"))
+                    .arg("--kubeconfig")
+                    .arg(self.parent_kubeconfig())
+                    .args([
+                        "wait",
+                        "--for=condition=Available",
+                        &format!("apiservice/{name}"),
+                        "--timeout=60s",
+                    ])
+                    .output()
+                    .map(|o| o.status.success())
+                    .unwrap_or(false);
+                assert!(ok, "APIService {name} not Available; hub log {}", log.display());
+            }
+            HubHandle {
+                _watchdog: std::sync::Mutex::new(child),
+                port,
+                health_port,
+                log,
+                pidfile,
+            }
+        })
+    }
+
+    /// The directory holding kube-apiserver, kubectl and friends.
+    pub fn bin_dir(&self) -> PathBuf {
+        self.bin("kubectl")
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default()
+    }
+
+    /// Runs `kubectl-clusternet` (this binary under its plugin name) against the parent.
+    pub fn plugin(&self, args: &[&str]) -> std::process::Output {
+        self.plugin_with_stdin(args, None)
+    }
+
+    pub fn plugin_with_stdin(&self, args: &[&str], stdin: Option<&str>) -> std::process::Output {
+        use std::io::Write;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_clusternet"))
+            .arg("kubectl-clusternet")
+            .arg(format!(
+                "--kubeconfig={}",
+                self.parent_kubeconfig().display()
+            ))
+            .args(args)
+            .env("KUBECTL", self.bin("kubectl"))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("starting kubectl-clusternet");
+        if let Some(input) = stdin
+            && let Some(mut s) = child.stdin.take()
+        {
+            s.write_all(input.as_bytes()).expect("plugin stdin");
+        }
+        drop(child.stdin.take());
+        child.wait_with_output().expect("kubectl-clusternet")
+    }
 }

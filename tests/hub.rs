@@ -1,0 +1,736 @@
+//! The hub against real control planes (shared/spec/hub.md, cli.md): the shadow API behind the
+//! parent's aggregator driven by `kubectl clusternet` and plain kubectl, a CRD created after the
+//! hub started, children reached through the agents' reverse tunnels (kubectl get/logs/exec,
+//! 403 for a user without rights in the child), bad input answered with Status errors, and a hub
+//! restart that loses nothing.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use clusternet::apis::{Description, ManagedCluster, Manifest, Subscription};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use serde_json::{Value, json};
+use support::{Cluster, TestEnv, TestNamespace, register, uid, wait_for};
+
+const RESERVED: &str = "clusternet-reserved";
+
+/// The restart test kills the shared hub: it runs alone, the others share it.
+static HUB_LOCK: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+fn stdout(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn deployment_yaml(ns: &str, name: &str, replicas: i32, image: &str) -> String {
+    format!(
+        "apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {name}, namespace: {ns}, labels: {{app: {name}}}}}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata: {{labels: {{app: {name}}}}}
+    spec:
+      containers:
+      - {{name: web, image: \"{image}\", ports: [{{containerPort: 80}}]}}
+"
+    )
+}
+
+/// A raw request to the parent (the shadow and proxies groups are reached through its
+/// aggregator): status and body.
+async fn raw(
+    client: &kube::Client,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: Vec<u8>,
+) -> (u16, String) {
+    let req = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("content-type", content_type)
+        .body(kube::client::Body::from(body))
+        .expect("a request");
+    let resp = client.send(req).await.expect("sending the request");
+    let code = resp.status().as_u16();
+    use http_body_util::BodyExt;
+    let bytes = resp
+        .into_body()
+        .collect()
+        .await
+        .map(|c| c.to_bytes())
+        .unwrap_or_default();
+    (code, String::from_utf8_lossy(&bytes).into_owned())
+}
+
+async fn manifest(parent: &kube::Client, name: &str) -> Option<Manifest> {
+    Api::<Manifest>::namespaced(parent.clone(), RESERVED)
+        .get_opt(name)
+        .await
+        .expect("reading Manifests")
+}
+
+#[tokio::test]
+async fn kubectl_clusternet_stores_plain_objects_as_manifests() {
+    let _shared = HUB_LOCK.read().await;
+    let env = TestEnv::get();
+    env.with_hub();
+    let parent = env.parent().await;
+    let ns = format!("shadow-{}", uid());
+
+    let out = env.plugin_with_stdin(
+        &["apply", "-f", "-"],
+        Some(&deployment_yaml(&ns, "web", 3, "nginx:1.25")),
+    );
+    assert!(out.status.success(), "apply: {}", stderr(&out));
+    assert!(
+        stdout(&out).contains("deployment.apps/web created"),
+        "{}",
+        stdout(&out)
+    );
+
+    let name = format!("deployments.{ns}.web");
+    let m = manifest(&parent, &name).await.expect("the Manifest");
+    let labels = m.labels();
+    for (k, v) in [
+        ("apps.clusternet.io/config.group", "apps"),
+        ("apps.clusternet.io/config.version", "v1"),
+        ("apps.clusternet.io/config.kind", "Deployment"),
+        ("apps.clusternet.io/config.name", "web"),
+        ("apps.clusternet.io/config.namespace", ns.as_str()),
+        ("clusternet.io/created-by", "clusternet-hub"),
+        ("app", "web"),
+    ] {
+        assert_eq!(labels.get(k).map(String::as_str), Some(v), "label {k}");
+    }
+    let template = serde_json::to_value(&m).expect("json")["template"].clone();
+    assert_eq!(template["metadata"]["namespace"], json!(ns));
+    assert_eq!(template["spec"]["replicas"], json!(3));
+    assert!(template["status"].is_null(), "status is trimmed");
+    assert!(
+        template["spec"]["progressDeadlineSeconds"].is_number(),
+        "the dry run's defaults are kept: {template}"
+    );
+
+    let out = env.plugin(&["get", "deploy", "-n", &ns]);
+    assert!(out.status.success(), "get: {}", stderr(&out));
+    assert!(stdout(&out).contains("web"), "{}", stdout(&out));
+
+    // client-side apply of a change: a strategic merge patch on the template
+    let out = env.plugin_with_stdin(
+        &["apply", "-f", "-"],
+        Some(&deployment_yaml(&ns, "web", 5, "nginx:1.27")),
+    );
+    assert!(out.status.success(), "re-apply: {}", stderr(&out));
+    let t = serde_json::to_value(manifest(&parent, &name).await.expect("Manifest")).expect("json")
+        ["template"]
+        .clone();
+    assert_eq!(t["spec"]["replicas"], json!(5));
+    let containers = t["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(containers.len(), 1, "{containers:?}");
+    assert_eq!(containers[0]["image"], json!("nginx:1.27"));
+
+    let out = env.plugin(&["scale", "deploy/web", "-n", &ns, "--replicas=2"]);
+    assert!(out.status.success(), "scale: {}", stderr(&out));
+    let t = serde_json::to_value(manifest(&parent, &name).await.expect("Manifest")).expect("json")
+        ["template"]
+        .clone();
+    assert_eq!(t["spec"]["replicas"], json!(2));
+
+    // server-side apply
+    let out = env.plugin_with_stdin(
+        &["apply", "--server-side", "-f", "-"],
+        Some(&deployment_yaml(&ns, "web", 4, "nginx:1.27")),
+    );
+    assert!(out.status.success(), "server-side apply: {}", stderr(&out));
+    let t = serde_json::to_value(manifest(&parent, &name).await.expect("Manifest")).expect("json")
+        ["template"]
+        .clone();
+    assert_eq!(t["spec"]["replicas"], json!(4));
+
+    // plain kubectl pointed at the shadow group
+    let plain = std::process::Command::new(env.bin("kubectl"))
+        .arg("--kubeconfig")
+        .arg(env.parent_kubeconfig())
+        .args([
+            "get",
+            "deployments.v1alpha1.shadow",
+            "-n",
+            &ns,
+            "-o",
+            "name",
+        ])
+        .output()
+        .expect("kubectl");
+    assert!(plain.status.success(), "{}", stderr(&plain));
+    assert!(stdout(&plain).contains("web"), "{}", stdout(&plain));
+
+    // an invalid object is rejected with the API server's own message, and nothing is stored
+    let out = env.plugin_with_stdin(
+        &["apply", "-f", "-"],
+        Some(&deployment_yaml(&ns, "broken", -1, "nginx")),
+    );
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("spec.replicas: Invalid value: -1"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        manifest(&parent, &format!("deployments.{ns}.broken"))
+            .await
+            .is_none()
+    );
+
+    let out = env.plugin(&["delete", "deploy", "web", "-n", &ns]);
+    assert!(out.status.success(), "delete: {}", stderr(&out));
+    wait_for("the Manifest gone", Duration::from_secs(30), || async {
+        match manifest(&parent, &name).await {
+            None => Ok(()),
+            Some(m) => Err(format!("still there: {:?}", m.metadata.finalizers)),
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn custom_resources_of_a_crd_created_after_the_hub_started() {
+    let _shared = HUB_LOCK.read().await;
+    let env = TestEnv::get();
+    env.with_hub();
+    let parent = env.parent().await;
+    let id = uid();
+    let group = format!("e{id}.example.com");
+    let crds: Api<CustomResourceDefinition> = Api::all(parent.clone());
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("widgets.{group}")},
+        "spec": {"group": group, "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "properties": {"size": {"type": "integer"}}}}}}}]}
+    }))
+    .expect("a CRD");
+    crds.create(&PostParams::default(), &crd)
+        .await
+        .expect("creating the CRD");
+    let ns = format!("widgets-{id}");
+    let widget = |name: &str, size: &str| {
+        format!(
+            "apiVersion: {group}/v1\nkind: Widget\nmetadata: {{name: {name}, namespace: {ns}}}\nspec: {{size: {size}}}\n"
+        )
+    };
+    // discovery of a new CRD takes a moment in the parent and in kubectl
+    let out = wait_for(
+        "applying a Widget through the shadow API",
+        Duration::from_secs(60),
+        || async {
+            let out = env.plugin_with_stdin(&["apply", "-f", "-"], Some(&widget("w1", "3")));
+            if out.status.success() {
+                Ok(out)
+            } else {
+                Err(stderr(&out))
+            }
+        },
+    )
+    .await;
+    assert!(stdout(&out).contains("created"), "{}", stdout(&out));
+    let m = manifest(&parent, &format!("widgets.{ns}.w1"))
+        .await
+        .expect("the Widget's Manifest");
+    assert_eq!(
+        m.labels()
+            .get("apps.clusternet.io/config.group")
+            .map(String::as_str),
+        Some(group.as_str())
+    );
+    let out = env.plugin(&["get", &format!("widgets.{group}"), "-n", &ns]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("w1"), "{}", stdout(&out));
+
+    let out = env.plugin_with_stdin(&["apply", "-f", "-"], Some(&widget("w2", "\"big\"")));
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("spec.size"), "{}", stderr(&out));
+
+    let _ = Api::<Manifest>::namespaced(parent.clone(), RESERVED)
+        .delete(&format!("widgets.{ns}.w1"), &DeleteParams::default())
+        .await;
+    let _ = crds
+        .delete(&format!("widgets.{group}"), &DeleteParams::default())
+        .await;
+}
+
+#[tokio::test]
+async fn bad_input_gets_kubernetes_status_errors() {
+    let _shared = HUB_LOCK.read().await;
+    let env = TestEnv::get();
+    let hub = env.with_hub();
+    let parent = env.parent().await;
+    let ns = format!("bad-{}", uid());
+    let cms = format!("/apis/shadow/v1alpha1/namespaces/{ns}/configmaps");
+    let status_of = |body: &str| -> Value { serde_json::from_str(body).unwrap_or(Value::Null) };
+
+    let cases: Vec<(&str, String, &str, Vec<u8>, u16, &str)> = vec![
+        (
+            "malformed JSON",
+            cms.clone(),
+            "application/json",
+            b"{not json".to_vec(),
+            400,
+            "BadRequest",
+        ),
+        (
+            "not an object",
+            cms.clone(),
+            "application/json",
+            b"[1,2]".to_vec(),
+            400,
+            "BadRequest",
+        ),
+        (
+            "wrong kind for the resource",
+            cms.clone(),
+            "application/json",
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "x"}})
+                .to_string()
+                .into_bytes(),
+            400,
+            "BadRequest",
+        ),
+        (
+            "invalid name (the parent's validation)",
+            cms.clone(),
+            "application/json",
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "Bad_Name"}})
+                .to_string()
+                .into_bytes(),
+            422,
+            "Invalid",
+        ),
+        (
+            "unknown media type",
+            cms.clone(),
+            "application/xml",
+            b"<x/>".to_vec(),
+            415,
+            "UnsupportedMediaType",
+        ),
+        (
+            "oversized body",
+            cms.clone(),
+            "application/json",
+            vec![b' '; 4 * 1024 * 1024],
+            413,
+            "RequestEntityTooLarge",
+        ),
+    ];
+    for (what, path, ct, body, code, reason) in cases {
+        let (got, body) = raw(&parent, "POST", &path, ct, body).await;
+        assert_eq!(got, code, "{what}: {body}");
+        let s = status_of(&body);
+        assert_eq!(s["kind"], json!("Status"), "{what}: {body}");
+        assert_eq!(s["reason"], json!(reason), "{what}: {body}");
+    }
+    let (code, body) = raw(
+        &parent,
+        "GET",
+        "/apis/shadow/v1alpha1/nosuchthings",
+        "application/json",
+        vec![],
+    )
+    .await;
+    assert_eq!(code, 404, "{body}");
+    let (code, body) = raw(
+        &parent,
+        "GET",
+        &format!("/apis/shadow/v1alpha1/namespaces/{ns}/configmaps/missing"),
+        "application/json",
+        vec![],
+    )
+    .await;
+    assert_eq!(code, 404, "{body}");
+    assert_eq!(
+        status_of(&body)["message"],
+        json!("configmaps \"missing\" not found")
+    );
+    let (code, body) = raw(
+        &parent,
+        "GET",
+        "/apis/proxies.clusternet.io/v1alpha1/sockets/no-such-cluster/proxy/direct/version",
+        "application/json",
+        vec![],
+    )
+    .await;
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("no cluster id is no-such-cluster"), "{body}");
+    let (code, body) = raw(
+        &parent,
+        "GET",
+        "/apis/proxies.clusternet.io/v1alpha1/sockets/some-id",
+        "application/json",
+        vec![],
+    )
+    .await;
+    assert_eq!(code, 400, "tunnel path without an upgrade: {body}");
+
+    // a user without rights: 403 from the parent's or the hub's authorization
+    let out = std::process::Command::new(env.bin("kubectl"))
+        .arg("--kubeconfig")
+        .arg(env.parent_kubeconfig())
+        .args(["--as=nobody", "get", "--raw", &cms])
+        .output()
+        .expect("kubectl");
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("Forbidden"), "{}", stderr(&out));
+
+    // straight at the hub: no client certificate and no token is 401, a bad token too
+    let (code, body) = direct_to_hub(hub.port, None).await;
+    assert_eq!(code, 401, "{body}");
+    assert_eq!(status_of(&body)["reason"], json!("Unauthorized"));
+    let (code, _) = direct_to_hub(hub.port, Some("not-a-token")).await;
+    assert_eq!(code, 401);
+    // a real token is checked with a TokenReview and works
+    let token = std::fs::read_to_string(env.parent_kubeconfig())
+        .ok()
+        .and_then(|k| {
+            k.lines().find_map(|l| {
+                l.trim()
+                    .strip_prefix("token:")
+                    .map(|t| t.trim().to_string())
+            })
+        })
+        .expect("a token in the parent kubeconfig");
+    let (code, body) = direct_to_hub(hub.port, Some(&token)).await;
+    assert_eq!(code, 200, "{body}");
+}
+
+/// GET /apis/shadow/v1alpha1 on the hub itself over TLS, skipping the aggregator.
+async fn direct_to_hub(port: u16, token: Option<&str>) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let tls = clusternet::runtime::serving::insecure_client_config(None).expect("TLS config");
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(tls));
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connecting to the hub");
+    let name = tokio_rustls::rustls::pki_types::ServerName::try_from("localhost").expect("name");
+    let mut s = connector.connect(name, tcp).await.expect("TLS to the hub");
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    s.write_all(
+        format!("GET /apis/shadow/v1alpha1 HTTP/1.1\r\nHost: localhost\r\n{auth}Connection: close\r\n\r\n")
+            .as_bytes(),
+    )
+    .await
+    .expect("writing");
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf).await;
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    // chunked bodies carry a size line first; the JSON starts at the first brace
+    let body = body
+        .find('{')
+        .map(|i| body[i..].to_string())
+        .unwrap_or(body);
+    (code, body)
+}
+
+async fn cluster_id(parent: &kube::Client, c: &Cluster) -> String {
+    let list = Api::<ManagedCluster>::namespaced(parent.clone(), &c.dedicated)
+        .list(&ListParams::default())
+        .await
+        .expect("ManagedClusters");
+    list.items
+        .first()
+        .map(|m| m.spec.cluster_id.clone())
+        .expect("a ManagedCluster")
+}
+
+async fn proxied_version(parent: &kube::Client, id: &str) -> (u16, String) {
+    raw(
+        parent,
+        "GET",
+        &format!("/apis/proxies.clusternet.io/v1alpha1/sockets/{id}/proxy/direct/version"),
+        "application/json",
+        vec![],
+    )
+    .await
+}
+
+#[tokio::test]
+async fn children_are_reached_through_the_agents_tunnels() {
+    let _shared = HUB_LOCK.read().await;
+    let env = TestEnv::get();
+    let hub = env.with_hub();
+    env.with_controller();
+    let parent = env.parent().await;
+    let id = uid();
+    let mut clusters = register(env, &id, &[1], "Pull", &[]).await;
+    let c = &clusters[0];
+    let cid = cluster_id(&parent, c).await;
+    wait_for(
+        "the tunnel to carry requests",
+        Duration::from_secs(30),
+        || async {
+            match proxied_version(&parent, &cid).await {
+                (200, body) if body.contains("gitVersion") => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    assert!(
+        hub.metric("clusternet_socket_connections_count")
+            .await
+            .unwrap_or(0.0)
+            >= 1.0,
+        "the hub counts the tunnel"
+    );
+
+    // a pod in the child, listed through the proxy with kubectl clusternet
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": format!("web-{id}")},
+        "spec": {"containers": [{"name": "web", "image": "nginx"}]}
+    }))
+    .expect("a Pod");
+    Api::<Pod>::namespaced(c.child.clone(), &c.ns.name)
+        .create(&PostParams::default(), &pod)
+        .await
+        .expect("creating a pod in the child");
+    let child_kc = env.child_kubeconfig(1);
+    let child_mode = |extra: &[&str]| {
+        let mut args = vec![
+            format!("--cluster-id={cid}"),
+            format!("--child-kubeconfig={}", child_kc.display()),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        env.plugin(&args)
+    };
+    let out = child_mode(&["get", "pods", "-A"]);
+    assert!(out.status.success(), "get pods -A: {}", stderr(&out));
+    assert!(
+        stdout(&out).contains(&format!("web-{id}")),
+        "{}",
+        stdout(&out)
+    );
+    let out = child_mode(&["get", "nodes"]);
+    assert!(stdout(&out).contains("child1-node-0"), "{}", stdout(&out));
+
+    // logs and exec travel through the proxy and come back with the child's answer
+    // (kwok's fake nodes have no kubelet, so the child's API server explains that)
+    let out = child_mode(&["logs", &format!("web-{id}"), "-n", &c.ns.name]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("Error from server"),
+        "logs: {}",
+        stderr(&out)
+    );
+    let out = child_mode(&["exec", &format!("web-{id}"), "-n", &c.ns.name, "--", "ls"]);
+    assert!(!out.status.success());
+    let e = stderr(&out);
+    assert!(
+        e.contains("unable to upgrade connection") || e.contains("Error from server"),
+        "exec: {e}"
+    );
+
+    // a user with no rights in the child gets the child's 403
+    let out = child_mode(&["--clusternet-as=nobody", "get", "pods", "-A"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("User \"nobody\" cannot list resource \"pods\""),
+        "{}",
+        stderr(&out)
+    );
+
+    // the path really is the tunnel: without the agent the hub refuses to proxy
+    clusters[0].agent.kill();
+    wait_for(
+        "the proxy to refuse a disconnected agent",
+        Duration::from_secs(20),
+        || async {
+            match proxied_version(&parent, &cid).await {
+                (400, body) if body.contains("whose agent is disconnected") => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    clusters.clear();
+}
+
+#[tokio::test]
+async fn a_restarted_hub_gets_every_agent_back_and_loses_nothing() {
+    let _alone = HUB_LOCK.write().await;
+    let env = TestEnv::get();
+    let hub = env.with_hub();
+    env.with_controller();
+    let parent = env.parent().await;
+    let id = uid();
+    let clusters = register(env, &id, &[1, 2], "Pull", &[]).await;
+    let mut ids = Vec::new();
+    for c in &clusters {
+        ids.push(cluster_id(&parent, c).await);
+    }
+    for cid in &ids {
+        wait_for("tunnel up", Duration::from_secs(30), || async {
+            match proxied_version(&parent, cid).await {
+                (200, _) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+    }
+
+    // the main job through the shadow API: kubectl clusternet apply + a Subscription
+    let appns = format!("hubapp-{id}");
+    let out = env.plugin_with_stdin(
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {appns}}}\n---\n{}",
+            deployment_yaml(&appns, "web", 1, "nginx")
+        )),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        manifest(&parent, &format!("namespaces.{appns}"))
+            .await
+            .is_some(),
+        "a Namespace is stored as namespaces.<name>"
+    );
+    let subns = TestNamespace::create(&parent, &env.parent_kubeconfig(), "hubsub").await;
+    let sub: Subscription = serde_json::from_value(json!({
+        "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Subscription", "metadata": {"name": "app"},
+        "spec": {"subscribers": [{"clusterAffinity": {"matchLabels": {"e2e": id}}}],
+                 "feeds": [{"apiVersion": "v1", "kind": "Namespace", "name": appns},
+                           {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "namespace": appns}]}
+    }))
+    .expect("a Subscription");
+    let sub = Api::<Subscription>::namespaced(parent.clone(), &subns.name)
+        .create(&PostParams::default(), &sub)
+        .await
+        .expect("creating the Subscription");
+    let sel = ListParams::default().labels(&format!(
+        "apps.clusternet.io/subs.uid={}",
+        sub.uid().unwrap_or_default()
+    ));
+    let descriptions = wait_for("two Descriptions", Duration::from_secs(60), || async {
+        let d = Api::<Description>::all(parent.clone())
+            .list(&sel)
+            .await
+            .map_err(|e| e.to_string())?;
+        if d.items.len() == 2 {
+            Ok(d.items)
+        } else {
+            Err(format!("{} Descriptions", d.items.len()))
+        }
+    })
+    .await;
+    for c in &clusters {
+        wait_for(
+            "the Deployment in the child",
+            Duration::from_secs(60),
+            || async {
+                Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(c.child.clone(), &appns)
+                    .get_opt("web")
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .map(|_| ())
+                    .ok_or("not yet".to_string())
+            },
+        )
+        .await;
+    }
+    let manifest_uid = manifest(&parent, &format!("deployments.{appns}.web"))
+        .await
+        .and_then(|m| m.uid())
+        .expect("the Manifest");
+    let mut description_uids: Vec<String> = descriptions.iter().filter_map(|d| d.uid()).collect();
+    description_uids.sort();
+
+    let old = hub.kill();
+    let new_up = wait_for("a new hub process", Duration::from_secs(30), || async {
+        match hub.pid() {
+            Some(p) if p != old => match hub.health_get("/healthz").await {
+                Ok((200, _)) => Ok(Instant::now()),
+                other => Err(format!("{other:?}")),
+            },
+            other => Err(format!("pid {other:?}")),
+        }
+    })
+    .await;
+    for cid in &ids {
+        wait_for("the agent reconnected", Duration::from_secs(30), || async {
+            match proxied_version(&parent, cid).await {
+                (200, _) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+    }
+    let took = new_up.elapsed();
+    eprintln!("every agent back {took:?} after the new hub was up");
+    assert!(
+        took < Duration::from_secs(10),
+        "agents took {took:?} to reconnect; hub log {}",
+        hub.log.display()
+    );
+
+    assert_eq!(
+        manifest(&parent, &format!("deployments.{appns}.web"))
+            .await
+            .and_then(|m| m.uid()),
+        Some(manifest_uid),
+        "the Manifest survived"
+    );
+    let mut after: Vec<String> = Api::<Description>::all(parent.clone())
+        .list(&sel)
+        .await
+        .expect("Descriptions")
+        .items
+        .iter()
+        .filter_map(|d| d.uid())
+        .collect();
+    after.sort();
+    assert_eq!(after, description_uids, "the Descriptions survived");
+    let out = env.plugin(&["get", "deploy", "web", "-n", &appns]);
+    assert!(
+        out.status.success(),
+        "shadow API after the restart: {}",
+        stderr(&out)
+    );
+
+    let _ = Api::<Subscription>::namespaced(parent.clone(), &subns.name)
+        .delete("app", &DeleteParams::default())
+        .await;
+    for m in [
+        format!("deployments.{appns}.web"),
+        format!("namespaces.{appns}"),
+    ] {
+        let _ = Api::<Manifest>::namespaced(parent.clone(), RESERVED)
+            .delete(&m, &DeleteParams::default())
+            .await;
+    }
+}
