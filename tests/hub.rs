@@ -284,7 +284,9 @@ async fn bad_input_gets_kubernetes_status_errors() {
     let cms = format!("/apis/shadow/v1alpha1/namespaces/{ns}/configmaps");
     let status_of = |body: &str| -> Value { serde_json::from_str(body).unwrap_or(Value::Null) };
 
-    let cases: Vec<(&str, String, &str, Vec<u8>, u16, &str)> = vec![
+    // (what, path, content type, body, expected code, expected reason)
+    type Case<'a> = (&'a str, String, &'a str, Vec<u8>, u16, &'a str);
+    let cases: Vec<Case> = vec![
         (
             "malformed JSON",
             cms.clone(),
