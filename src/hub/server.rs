@@ -17,7 +17,6 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto::Builder;
 use serde_json::Value;
 use tokio::net::TcpListener;
-use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls::ServerConfig;
 use tokio_util::sync::CancellationToken;
 use tower::Service;
@@ -54,52 +53,32 @@ pub fn serve(
     tls: ServerConfig,
     shutdown: CancellationToken,
 ) -> std::io::Result<SocketAddr> {
-    let local = listener.local_addr()?;
-    let acceptor = TlsAcceptor::from(Arc::new(tls));
     let routes = routes(hub.clone());
-    tokio::spawn(async move {
-        loop {
-            let (tcp, peer) = tokio::select! {
-                _ = shutdown.cancelled() => break,
-                accepted = listener.accept() => match accepted {
-                    Ok(a) => a,
-                    Err(e) => { debug!(error = %e, "accept failed"); continue; }
-                },
-            };
-            let acceptor = acceptor.clone();
-            let hub = hub.clone();
-            let routes = routes.clone();
-            tokio::spawn(async move {
-                let tls = match acceptor.accept(tcp).await {
-                    Ok(t) => t,
-                    Err(e) => {
-                        debug!(%peer, error = %e, "TLS handshake failed");
-                        return;
-                    }
-                };
-                let client_cn = tls
-                    .get_ref()
-                    .1
-                    .peer_certificates()
-                    .and_then(|c| c.first())
-                    .and_then(super::authn::common_name);
-                let conn = ConnInfo { peer, client_cn };
-                let svc = hyper::service::service_fn(move |req| {
-                    let hub = hub.clone();
-                    let conn = conn.clone();
-                    let routes = routes.clone();
-                    async move { Ok::<_, Infallible>(handle(hub, conn, routes, req).await) }
-                });
-                if let Err(e) = Builder::new(TokioExecutor::new())
-                    .serve_connection_with_upgrades(TokioIo::new(tls), svc)
-                    .await
-                {
-                    debug!(%peer, error = %e, "connection ended with an error");
-                }
+    crate::runtime::serving::accept_tls(listener, tls, shutdown, move |tls, peer| {
+        let hub = hub.clone();
+        let routes = routes.clone();
+        async move {
+            let client_cn = tls
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|c| c.first())
+                .and_then(super::authn::common_name);
+            let conn = ConnInfo { peer, client_cn };
+            let svc = hyper::service::service_fn(move |req| {
+                let hub = hub.clone();
+                let conn = conn.clone();
+                let routes = routes.clone();
+                async move { Ok::<_, Infallible>(handle(hub, conn, routes, req).await) }
             });
+            if let Err(e) = Builder::new(TokioExecutor::new())
+                .serve_connection_with_upgrades(TokioIo::new(tls), svc)
+                .await
+            {
+                debug!(%peer, error = %e, "connection ended with an error");
+            }
         }
-    });
-    Ok(local)
+    })
 }
 
 type Routes = warp::filters::BoxedFilter<(warp::reply::Response,)>;

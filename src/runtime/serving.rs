@@ -110,16 +110,20 @@ pub fn server_config_with_client_ca(
     Ok(cfg)
 }
 
-/// Serves `filter` over TLS on `listener` until `shutdown`; returns the bound address.
-pub fn serve_tls<F>(
+/// Accepts TLS connections on `listener` until `shutdown` and hands each completed handshake to
+/// `on_conn` on its own task; returns the bound address.
+pub fn accept_tls<F, Fut>(
     listener: TcpListener,
     tls: ServerConfig,
-    filter: F,
     shutdown: CancellationToken,
+    on_conn: F,
 ) -> std::io::Result<SocketAddr>
 where
-    F: Filter + Clone + Send + Sync + 'static,
-    F::Extract: Reply,
+    F: Fn(tokio_rustls::server::TlsStream<tokio::net::TcpStream>, SocketAddr) -> Fut
+        + Clone
+        + Send
+        + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
 {
     let local = listener.local_addr()?;
     let acceptor = TlsAcceptor::from(Arc::new(tls));
@@ -133,29 +137,40 @@ where
                 },
             };
             let acceptor = acceptor.clone();
-            let svc = warp::service(filter.clone());
+            let on_conn = on_conn.clone();
             tokio::spawn(async move {
-                let tls = match acceptor.accept(tcp).await {
-                    Ok(t) => t,
-                    Err(e) => {
-                        debug!(%peer, error = %e, "TLS handshake failed");
-                        return;
-                    }
-                };
-                let conn = Builder::new(TokioExecutor::new());
-                if let Err(e) = conn
-                    .serve_connection_with_upgrades(
-                        TokioIo::new(tls),
-                        TowerToHyperService::new(svc),
-                    )
-                    .await
-                {
-                    debug!(%peer, error = %e, "connection ended with an error");
+                match acceptor.accept(tcp).await {
+                    Ok(tls) => on_conn(tls, peer).await,
+                    Err(e) => debug!(%peer, error = %e, "TLS handshake failed"),
                 }
             });
         }
     });
     Ok(local)
+}
+
+/// Serves `filter` over TLS on `listener` until `shutdown`; returns the bound address.
+pub fn serve_tls<F>(
+    listener: TcpListener,
+    tls: ServerConfig,
+    filter: F,
+    shutdown: CancellationToken,
+) -> std::io::Result<SocketAddr>
+where
+    F: Filter + Clone + Send + Sync + 'static,
+    F::Extract: Reply,
+{
+    accept_tls(listener, tls, shutdown, move |tls, peer| {
+        let svc = warp::service(filter.clone());
+        async move {
+            if let Err(e) = Builder::new(TokioExecutor::new())
+                .serve_connection_with_upgrades(TokioIo::new(tls), TowerToHyperService::new(svc))
+                .await
+            {
+                debug!(%peer, error = %e, "connection ended with an error");
+            }
+        }
+    })
 }
 
 /// Accepts any server certificate (signatures are still checked): the tunnel and the socket

@@ -13,12 +13,7 @@ use async_tungstenite::tungstenite::client::IntoClientRequest;
 use async_tungstenite::tungstenite::http::{HeaderValue, Uri, header::AUTHORIZATION};
 use tokio::sync::watch;
 use tokio_rustls::rustls;
-use tokio_rustls::rustls::client::danger::{
-    HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier,
-};
-use tokio_rustls::rustls::crypto::WebPkiSupportedAlgorithms;
-use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use tokio_rustls::rustls::{DigitallySignedStruct, SignatureScheme};
+use tokio_rustls::rustls::pki_types::ServerName;
 use tokio_util::sync::CancellationToken;
 
 use super::TunnelError;
@@ -213,61 +208,11 @@ async fn handshake(url: &str, token: &str) -> Result<ClientWebSocket, TunnelErro
 }
 
 /// Client TLS config that accepts any server certificate (Clusternet sets `Insecure: true` for
-/// the tunnel) but still verifies handshake signatures with the ring provider's algorithms.
+/// the tunnel) but still verifies handshake signatures; HTTP/1.1 only, for the WebSocket upgrade.
 fn insecure_tls_config() -> Result<Arc<rustls::ClientConfig>, TunnelError> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let verifier = Arc::new(AcceptAnyServerCert {
-        algorithms: provider.signature_verification_algorithms,
-    });
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| TunnelError::Io(std::io::Error::other(e)))?
-        .dangerous()
-        .with_custom_certificate_verifier(verifier)
-        .with_no_client_auth();
-    // The WebSocket upgrade is an HTTP/1.1 affair.
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
-}
-
-#[derive(Debug)]
-struct AcceptAnyServerCert {
-    algorithms: WebPkiSupportedAlgorithms,
-}
-
-impl ServerCertVerifier for AcceptAnyServerCert {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.algorithms.supported_schemes()
-    }
+    crate::runtime::serving::insecure_client_config(None)
+        .map(Arc::new)
+        .map_err(|e| TunnelError::Io(std::io::Error::other(e)))
 }
 
 #[cfg(test)]
@@ -332,7 +277,9 @@ COelBZOT67VU1Eqv9slMKR1WQTehRANCAAQwptcAQHpqXDMt6v/5IfAqKn/f3wau
     fn tls_acceptor() -> tokio_rustls::TlsAcceptor {
         use tokio_rustls::rustls::pki_types::PrivateKeyDer;
         use tokio_rustls::rustls::pki_types::pem::PemObject;
-        let cert = CertificateDer::from_pem_slice(TEST_CERT.as_bytes()).expect("cert");
+        let cert =
+            tokio_rustls::rustls::pki_types::CertificateDer::from_pem_slice(TEST_CERT.as_bytes())
+                .expect("cert");
         let key = PrivateKeyDer::from_pem_slice(TEST_KEY.as_bytes()).expect("key");
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let config = rustls::ServerConfig::builder_with_provider(provider)

@@ -33,8 +33,19 @@ start_bg() { # name args...
   echo $! > "$DIR/pids/$name.pid"
 }
 
-say "starting clusternet --role=hub,scheduler,controller against the parent"
-start_bg clusternet-parent --role=hub,scheduler,controller --kubeconfig="$DIR/parent.kubeconfig"
+HUB_PORT=${HUB_PORT:-9443}
+say "starting clusternet --role=hub,scheduler,controller against the parent (hub on 127.0.0.1:$HUB_PORT)"
+start_bg clusternet-parent --role=hub,scheduler,controller --kubeconfig="$DIR/parent.kubeconfig" \
+  --bind-address=127.0.0.1 --secure-port="$HUB_PORT"
+say "registering the hub with the parent's aggregator (APIServices proxies.clusternet.io, shadow)"
+K8S_BIN="$BIN" bash "$here/hub-register.sh" "$DIR/parent.kubeconfig" "$HUB_PORT"
+for svc in v1alpha1.proxies.clusternet.io v1alpha1.shadow; do
+  kubectl --kubeconfig "$DIR/parent.kubeconfig" wait --for=condition=Available "apiservice/$svc" --timeout=60s >/dev/null
+done
+# the kubectl plugin is this same binary under the name kubectl-clusternet
+mkdir -p "$DIR/bin"
+ln -sf "$root/target/release/clusternet" "$DIR/bin/kubectl-clusternet"
+export PATH="$DIR/bin:$PATH"
 
 for i in 1 2; do
   # child1: the parent pushes (Dual with AppPusher); child2: its agent pulls
@@ -61,10 +72,15 @@ echo
 kubectl --kubeconfig "$DIR/parent.kubeconfig" get managedclusters -A
 kubectl --kubeconfig "$DIR/parent.kubeconfig" get clusterregistrationrequests
 
-say "deploying the example application (deploy/examples/demo-app.yaml): Manifests + a Subscription"
-kubectl --kubeconfig "$DIR/parent.kubeconfig" create namespace clusternet-reserved --dry-run=client -o yaml \
-  | kubectl --kubeconfig "$DIR/parent.kubeconfig" apply -f - >/dev/null
-kubectl --kubeconfig "$DIR/parent.kubeconfig" apply -f "$root/deploy/examples/demo-app.yaml"
+say "deploying the example: kubectl clusternet apply -f deploy/examples/demo-app/app.yaml (shadow API -> Manifests)"
+for _ in $(seq 1 30); do
+  kubectl --kubeconfig "$DIR/parent.kubeconfig" get --raw /apis/shadow/v1alpha1/namespaces >/dev/null 2>&1 && break
+  sleep 1
+done
+kubectl clusternet --kubeconfig "$DIR/parent.kubeconfig" apply -f "$root/deploy/examples/demo-app/app.yaml"
+kubectl --kubeconfig "$DIR/parent.kubeconfig" -n clusternet-reserved get manifests
+say "...and a Subscription: kubectl apply -f deploy/examples/demo-app/subscription.yaml"
+kubectl --kubeconfig "$DIR/parent.kubeconfig" apply -f "$root/deploy/examples/demo-app/subscription.yaml"
 
 say "waiting for the example to run in both children"
 ok=
@@ -92,6 +108,11 @@ done
 echo "$summary"
 kubectl --kubeconfig "$DIR/parent.kubeconfig" get bases,descriptions -A
 
+say "reaching child2 through its agent's tunnel: kubectl clusternet --cluster-id=... get pods -n demo"
+CHILD2_ID=$(kubectl --kubeconfig "$DIR/parent.kubeconfig" get managedclusters -A -l clusters.clusternet.io/cluster-name=child2 -o jsonpath='{.items[0].spec.clusterId}')
+kubectl clusternet --kubeconfig "$DIR/parent.kubeconfig" --cluster-id="$CHILD2_ID" \
+  --child-kubeconfig="$DIR/child2.kubeconfig" get pods -n demo
+
 cat <<TXT
 
 The demo is running:
@@ -99,6 +120,7 @@ The demo is running:
   a child:   kubectl --kubeconfig $DIR/child1.kubeconfig get nodes
   logs:      $DIR/logs/ (clusternet-parent.log, clusternet-agent-child1.log, kube-apiserver, kwok, ...)
   kubectl:   $BIN/kubectl matches the servers (v1.36)
+  plugin:    export PATH=$DIR/bin:$BIN:\$PATH  (kubectl clusternet = $DIR/bin/kubectl-clusternet)
 Try: stop an agent (kill \$(cat $DIR/pids/clusternet-agent-child1.pid)) and watch child1 turn
 Ready=Unknown and get tainted after 3 missed heartbeats (60s), then run \`just demo\` again.
 Stop everything with: just demo-down $DIR
@@ -106,6 +128,8 @@ Stop everything with: just demo-down $DIR
 Look around:
   kubectl --kubeconfig $DIR/child1.kubeconfig -n demo get deploy,pods,svc
   kubectl --kubeconfig $DIR/parent.kubeconfig get subscription demo-app -o yaml     # bindingClusters, aggregatedStatuses
-  kubectl --kubeconfig $DIR/parent.kubeconfig -n clusternet-reserved edit manifest deployments.demo.web   # children follow
+  kubectl clusternet --kubeconfig $DIR/parent.kubeconfig get deploy -n demo           # the shadow API
+  kubectl clusternet --kubeconfig $DIR/parent.kubeconfig scale deploy/web -n demo --replicas=2   # children follow
+  kubectl clusternet --kubeconfig $DIR/parent.kubeconfig --cluster-id=$CHILD2_ID --child-kubeconfig=$DIR/child2.kubeconfig get nodes
   kubectl --kubeconfig $DIR/parent.kubeconfig delete subscription demo-app          # removed from every child
 TXT

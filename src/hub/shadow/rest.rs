@@ -908,10 +908,13 @@ pub async fn watch(
     let (selector, rv) = list_params(t, &q)?;
     let wp = WatchParams {
         label_selector: Some(selector),
-        timeout: q
-            .get("timeoutSeconds")
-            .and_then(|v| v.parse().ok())
-            .map(|v: u32| v.min(290)),
+        // the parent ends the Manifest watch before our client's read timeout would, so the
+        // caller sees a clean end of stream and simply watches again
+        timeout: Some(
+            q.get("timeoutSeconds")
+                .and_then(|v| v.parse().ok())
+                .map_or(290, |v: u32| v.min(290)),
+        ),
         // streaming lists (client-go's WatchList) need the initial events and the closing
         // bookmark; the Manifest watch provides both, transformed below
         send_initial_events: q.get("sendInitialEvents").is_some_and(|v| v == "true"),
