@@ -3,6 +3,11 @@
 //! `child-cluster-deployer` credentials; for a cluster that no longer exists, a deleted
 //! Description's finalizer is released without touching the child (a cluster that is merely
 //! down keeps it until it is back, so nothing is left behind in it).
+//!
+//! How the child is reached (deployer.md §9): a cluster whose agent holds a tunnel
+//! (`status.useSocket`) is pushed to through the parent's socket proxy while the parent serves
+//! `proxies.clusternet.io` (the hub), so children behind NAT work; otherwise directly at the
+//! Secret's `apiserver-advertise-url` with its CA.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,6 +25,7 @@ use super::generic::ChildCache;
 use super::who;
 use crate::apis::known;
 use crate::apis::{Description, ManagedCluster};
+use crate::runtime::child::ProxyAvailability;
 use crate::runtime::{self, Runtime};
 
 pub const FIELD_MANAGER: &str = "clusternet/controller/deployer";
@@ -38,6 +44,9 @@ struct Ctx {
     rt: Runtime,
     clusters: Store<ManagedCluster>,
     children: ChildCache,
+    proxy: ProxyAvailability,
+    /// This process's parent connection settings, the base of proxied child clients.
+    parent_config: tokio::sync::OnceCell<kube::Config>,
 }
 
 pub async fn run(rt: Runtime, stop: CancellationToken) {
@@ -48,6 +57,8 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         rt,
         clusters: clusters.store.clone(),
         children: ChildCache::default(),
+        proxy: ProxyAvailability::default(),
+        parent_config: tokio::sync::OnceCell::new(),
     });
     crate::clusters::run_controller("description-push", descs, 8, stop, move |desc| {
         let ctx = ctx.clone();
@@ -116,19 +127,48 @@ async fn reconcile(ctx: &Ctx, desc: Arc<Description>) -> Result<Action, PushErro
         String::from_utf8_lossy(&get("token")).to_string(),
         get("ca.crt"),
     );
-    let fingerprint = format!("{url}|{}", secret.resource_version().unwrap_or_default());
-    let child = ctx
-        .children
-        .get_or_build(
-            &mc.spec.cluster_id,
-            &fingerprint,
-            || runtime::token_client(&url, &token, Some(&ca)).map_err(|e| e.to_string()),
-            FIELD_MANAGER,
-        )
-        .await
-        .map_err(|message| PushError::Credentials {
-            desc: key.clone(),
-            message,
-        })?;
+    let id = mc.spec.cluster_id.clone();
+    let use_socket = mc.status.as_ref().is_some_and(|s| s.use_socket);
+    let rv = secret.resource_version().unwrap_or_default();
+    let child = if use_socket && ctx.proxy.available(&ctx.rt.client).await {
+        let parent = ctx
+            .parent_config
+            .get_or_try_init(|| runtime::kube_config_for(&ctx.rt.config))
+            .await
+            .map_err(|e| PushError::Credentials {
+                desc: key.clone(),
+                message: e.to_string(),
+            })?;
+        // the mode is part of the fingerprint: the client is rebuilt when the hub comes or goes
+        ctx.children
+            .get_or_build(
+                &id,
+                &format!("socket-proxy|{rv}"),
+                || {
+                    info!(cluster_id = %id, "pushing to the child through the parent's socket proxy");
+                    runtime::child::proxied_child_config(parent, &id, &token)
+                        .and_then(|cfg| Ok(kube::Client::try_from(cfg)?))
+                        .map_err(|e| e.to_string())
+                },
+                FIELD_MANAGER,
+            )
+            .await
+    } else {
+        ctx.children
+            .get_or_build(
+                &id,
+                &format!("{url}|{rv}"),
+                || {
+                    info!(cluster_id = %id, apiserver = %url, "pushing to the child directly");
+                    runtime::token_client(&url, &token, Some(&ca)).map_err(|e| e.to_string())
+                },
+                FIELD_MANAGER,
+            )
+            .await
+    }
+    .map_err(|message| PushError::Credentials {
+        desc: key.clone(),
+        message,
+    })?;
     Ok(description::reconcile(&child, &api, desc).await?)
 }

@@ -319,11 +319,13 @@ async fn proxy(
                 "cannot proxy through cluster {cluster_id}, whose agent is disconnected"
             )));
         }
-        None => Box::new(
-            tokio::net::TcpStream::connect(&target.authority)
+        None => {
+            let tcp = tokio::net::TcpStream::connect(&target.authority)
                 .await
-                .map_err(|e| ApiError::unavailable(format!("dialing {}: {e}", target.authority)))?,
-        ),
+                .map_err(|e| ApiError::unavailable(format!("dialing {}: {e}", target.authority)))?;
+            let _ = tcp.set_nodelay(true);
+            Box::new(tcp)
+        }
     };
     let stream: Box<dyn Stream> = if target.https {
         let cert = identity

@@ -3,6 +3,7 @@
 
 pub mod bus;
 pub mod cache;
+pub mod child;
 pub mod events;
 pub mod health;
 pub mod leader;
@@ -44,7 +45,26 @@ pub enum ClientError {
 /// A client for the cluster the config points at (`--kubeconfig`, else KUBECONFIG/in-cluster),
 /// with the URL it talks to.
 pub async fn client_for(config: &Config) -> Result<(kube::Client, String), ClientError> {
-    let kcfg = match &config.kubeconfig {
+    let kcfg = kube_config_for(config).await?;
+    let url = kcfg
+        .cluster_url
+        .to_string()
+        .trim_end_matches('/')
+        .to_string();
+    let client = kube::client::ClientBuilder::try_from(kcfg)?
+        .with_layer(&ratelimit::RateLimitLayer::new(
+            config.kube_api_qps,
+            config.kube_api_burst,
+        ))
+        .build();
+    Ok((client, url))
+}
+
+/// The connection settings of the cluster the config points at (`--kubeconfig`, else
+/// KUBECONFIG/in-cluster): what [`client_for`] builds on, and what clients that reach a child
+/// through the parent's socket proxy ([`child`]) start from.
+pub async fn kube_config_for(config: &Config) -> Result<kube::Config, ClientError> {
+    Ok(match &config.kubeconfig {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path).map_err(|source| {
                 ClientError::Kubeconfig {
@@ -60,19 +80,7 @@ pub async fn client_for(config: &Config) -> Result<(kube::Client, String), Clien
                 })?
         }
         None => kube::Config::infer().await?,
-    };
-    let url = kcfg
-        .cluster_url
-        .to_string()
-        .trim_end_matches('/')
-        .to_string();
-    let client = kube::client::ClientBuilder::try_from(kcfg)?
-        .with_layer(&ratelimit::RateLimitLayer::new(
-            config.kube_api_qps,
-            config.kube_api_burst,
-        ))
-        .build();
-    Ok((client, url))
+    })
 }
 
 /// A client for an API server reached with a bearer token: the agent's bootstrap client (no CA

@@ -136,6 +136,9 @@ where
                     Err(e) => { debug!(error = %e, "accept failed"); continue; }
                 },
             };
+            // tunnels and exec sessions ride on these connections: small frames must not wait
+            // for Nagle and the peer's delayed ACK
+            let _ = tcp.set_nodelay(true);
             let acceptor = acceptor.clone();
             let on_conn = on_conn.clone();
             tokio::spawn(async move {

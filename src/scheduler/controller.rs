@@ -16,11 +16,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use super::framework::{BindOutcome, CycleState, TargetClusters};
+use super::predictor_client::{self, PredictorRoute};
 use super::queue::SchedulingQueue;
-use super::{
-    FilterOffset, PredictorClient, PredictorEndpoint, Profiles, Registry, binder, labels,
-    predictor_endpoint,
-};
+use super::{FilterOffset, PredictorClient, Profiles, Registry, binder, labels};
 use crate::apis::known;
 use crate::apis::{
     FeedInventory, ManagedCluster, ReplicaRequirements, SchedulingStrategy, Subscription,
@@ -28,9 +26,10 @@ use crate::apis::{
 use crate::runtime::events::Events;
 use crate::runtime::{Runtime, api_code};
 
-/// Reaches agents' predictors directly over HTTP (the tunnel path needs the hub).
+/// Reaches agents' predictors directly over HTTP, or through the parent's socket proxy and the
+/// agent's tunnel with the scheduler's own parent client.
 struct HttpPredictor {
-    apiserver: String,
+    parent: kube::Client,
 }
 
 impl PredictorClient for HttpPredictor {
@@ -40,15 +39,15 @@ impl PredictorClient for HttpPredictor {
         requirements: &'a ReplicaRequirements,
     ) -> BoxFuture<'a, Result<i32, String>> {
         Box::pin(async move {
-            match predictor_endpoint(cluster, &self.apiserver)? {
-                PredictorEndpoint::Direct(base) => {
-                    super::predictor_client::predict(&base, &cluster.spec.cluster_id, requirements)
+            let id = &cluster.spec.cluster_id;
+            match predictor_client::predictor_base(cluster)? {
+                PredictorRoute::Direct(base) => {
+                    predictor_client::predict(&base, id, requirements).await
+                }
+                PredictorRoute::Tunnel(path) => {
+                    predictor_client::predict_through_tunnel(&self.parent, &path, id, requirements)
                         .await
                 }
-                PredictorEndpoint::Proxied(_) => Err(format!(
-                    "the predictor of cluster {} is only reachable through the hub tunnel, which this build does not serve yet; run its agent with --predictor-direct-access",
-                    cluster.spec.cluster_id
-                )),
             }
         })
     }
@@ -92,7 +91,7 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         None => None,
     };
     let registry = Registry::in_tree(Arc::new(HttpPredictor {
-        apiserver: rt.cluster_url.clone(),
+        parent: rt.client.clone(),
     }));
     let profiles = match Profiles::from_yaml(
         text.as_deref(),

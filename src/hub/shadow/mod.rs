@@ -363,7 +363,13 @@ pub async fn watch(
         hub.authz
             .authorize(user, shadow_attrs(req.method(), &target, true))
             .await?;
-        rest::watch(api, &target, req.uri().query().unwrap_or_default()).await
+        rest::watch(
+            api,
+            &target,
+            req.uri().query().unwrap_or_default(),
+            req.headers(),
+        )
+        .await
     }
     .await;
     match result {

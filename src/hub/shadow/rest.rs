@@ -903,8 +903,11 @@ pub async fn watch(
     api: &ShadowApi,
     t: &Target,
     query: &str,
+    headers: &HeaderMap,
 ) -> Result<Response<HubBody>, ApiError> {
     let q = query_map(query);
+    // `kubectl get -w` asks for Table events; every event then carries a one-row Table
+    let table = wants_table(headers);
     let (selector, rv) = list_params(t, &q)?;
     let wp = WatchParams {
         label_selector: Some(selector),
@@ -931,9 +934,9 @@ pub async fn watch(
     let av = api_version(&t.resource);
     let events = stream.map(move |ev| {
         let line = match ev {
-            Ok(WatchEvent::Added(m)) => event("ADDED", transform(&m)),
-            Ok(WatchEvent::Modified(m)) => event("MODIFIED", transform(&m)),
-            Ok(WatchEvent::Deleted(m)) => event("DELETED", transform(&m)),
+            Ok(WatchEvent::Added(m)) => event("ADDED", transform(&m), table),
+            Ok(WatchEvent::Modified(m)) => event("MODIFIED", transform(&m), table),
+            Ok(WatchEvent::Deleted(m)) => event("DELETED", transform(&m), table),
             Ok(WatchEvent::Bookmark(b)) => model::watch_event(
                 "BOOKMARK",
                 model::bookmark_object(&av, &kind, &b.metadata.resource_version),
@@ -955,8 +958,9 @@ pub async fn watch(
     Ok(resp)
 }
 
-fn event(kind: &str, obj: Result<Value, ApiError>) -> Value {
+fn event(kind: &str, obj: Result<Value, ApiError>, table: bool) -> Value {
     match obj {
+        Ok(o) if table => model::watch_event(kind, to_table(&single_list(&o))),
         Ok(o) => model::watch_event(kind, o),
         Err(e) => json!({"type": "ERROR", "object": e.to_json()}),
     }
