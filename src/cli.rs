@@ -146,6 +146,19 @@ pub struct RunFlags {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls_private_key_file: Option<String>,
+    /// Hub: address other hub replicas dial for peer tunnels (default: the bind address, else the
+    /// host's default-interface IP)
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peer_advertise_address: Option<String>,
+    /// Hub: port of the peer tunnel listener (only with --leader-elect)
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peer_port: Option<u16>,
+    /// Hub: shared secret hub replicas present to each other
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peer_token: Option<String>,
 
     // --- scheduler ---
     /// Scheduler: scheduler profile file (upstream's scheduler --config)

@@ -118,6 +118,10 @@ pub struct Config {
     pub secure_port: u16,
     pub tls_cert_file: Option<String>,
     pub tls_private_key_file: Option<String>,
+    /// Address peers dial; `None` derives it from the bind address (hub.md §2.6).
+    pub peer_advertise_address: Option<String>,
+    pub peer_port: u16,
+    pub peer_token: String,
 
     pub scheduler_config: Option<String>,
 
@@ -172,6 +176,9 @@ impl Default for Config {
             secure_port: 443,
             tls_cert_file: None,
             tls_private_key_file: None,
+            peer_advertise_address: None,
+            peer_port: 8123,
+            peer_token: "Cheugy".to_string(),
             scheduler_config: None,
             cluster_reg_parent_url: None,
             cluster_reg_token: None,

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_tungstenite::tungstenite::client::IntoClientRequest;
-use async_tungstenite::tungstenite::http::{HeaderValue, Uri, header::AUTHORIZATION};
+use async_tungstenite::tungstenite::http::{HeaderName, HeaderValue, Uri, header::AUTHORIZATION};
 use tokio::sync::watch;
 use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::ServerName;
@@ -158,7 +158,9 @@ pub async fn connect(
 ) -> Result<SessionHandle, TunnelError> {
     let url = socket_url(&config.url, &config.cluster_id);
     let timeout = options.handshake_timeout;
-    let ws = tokio::time::timeout(timeout, handshake(&url, &config.token))
+    let bearer = format!("Bearer {}", config.token);
+    let headers = [(AUTHORIZATION.as_str(), bearer.as_str())];
+    let ws = tokio::time::timeout(timeout, handshake(&url, &headers))
         .await
         .map_err(|_| TunnelError::HandshakeTimeout(timeout))??;
     let session_options = SessionOptions::new(SessionRole::Client, config.cluster_id.clone())
@@ -166,10 +168,14 @@ pub async fn connect(
     Ok(Session::spawn_with(ws, session_options))
 }
 
-type ClientWebSocket =
+pub(crate) type ClientWebSocket =
     async_tungstenite::WebSocketStream<async_tungstenite::tokio::TokioAdapter<BoxedIo>>;
 
-async fn handshake(url: &str, token: &str) -> Result<ClientWebSocket, TunnelError> {
+/// TCP, TLS for `wss` (verification off), then the WebSocket handshake with extra `headers`.
+pub(crate) async fn handshake(
+    url: &str,
+    headers: &[(&str, &str)],
+) -> Result<ClientWebSocket, TunnelError> {
     let invalid = |reason: &str| TunnelError::InvalidUrl {
         url: url.to_owned(),
         reason: reason.to_owned(),
@@ -200,9 +206,13 @@ async fn handshake(url: &str, token: &str) -> Result<ClientWebSocket, TunnelErro
     };
 
     let mut request = url.into_client_request()?;
-    let bearer = HeaderValue::from_str(&format!("Bearer {token}"))
-        .map_err(|_| invalid("token is not a valid header value"))?;
-    request.headers_mut().insert(AUTHORIZATION, bearer);
+    for (name, value) in headers {
+        let name = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| invalid("header name is not valid"))?;
+        let value = HeaderValue::from_str(value)
+            .map_err(|_| invalid("token is not a valid header value"))?;
+        request.headers_mut().insert(name, value);
+    }
     let (ws, _response) = async_tungstenite::tokio::client_async(request, io).await?;
     Ok(ws)
 }

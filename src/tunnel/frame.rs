@@ -83,6 +83,9 @@ pub enum FrameError {
     /// A `Connect` payload that is not `<proto>/<address>`.
     #[error("failed to parse connect address")]
     BadConnectTarget,
+    /// An `AddClient`/`RemoveClient` payload that is not `<clientKey>/<sessionKey>`.
+    #[error("failed to parse client key")]
+    BadClientKey,
 }
 
 /// One tunnel message.
@@ -138,6 +141,28 @@ impl Message {
     /// Flow control: resume sending on `conn_id`.
     pub fn resume(id: i64, conn_id: i64) -> Self {
         Self::new(id, conn_id, MessageType::Resume, Bytes::new())
+    }
+
+    /// Peer gossip: the sender now has session `session_key` for `client_key`.
+    pub fn add_client(id: i64, client_key: &str, session_key: &str) -> Self {
+        let payload = Bytes::from(format!("{client_key}/{session_key}"));
+        Self::new(id, 0, MessageType::AddClient, payload)
+    }
+
+    /// Peer gossip: the sender's session `session_key` for `client_key` is gone.
+    pub fn remove_client(id: i64, client_key: &str, session_key: &str) -> Self {
+        let payload = Bytes::from(format!("{client_key}/{session_key}"));
+        Self::new(id, 0, MessageType::RemoveClient, payload)
+    }
+
+    /// `(clientKey, sessionKey)` of an `AddClient`/`RemoveClient` message.
+    pub fn client_target(&self) -> Result<(String, String), FrameError> {
+        let text = String::from_utf8_lossy(&self.payload);
+        let (client, session) = text.split_once('/').ok_or(FrameError::BadClientKey)?;
+        if client.is_empty() {
+            return Err(FrameError::BadClientKey);
+        }
+        Ok((client.to_owned(), session.to_owned()))
     }
 
     /// Serializes the message exactly as remotedialer's `message.Bytes()` does.

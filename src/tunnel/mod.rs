@@ -14,10 +14,12 @@
 //!   metrics and WebSocket-upgrade helpers for the HTTP layer;
 //! - [`client`]: the agent's connect/reconnect loop.
 //!
-//! Peer-hub gossip (`AddClient`/`RemoveClient`, §2.6) is decoded but not acted on.
+//! - [`peer`]: sessions between hub replicas (§2.6): announcing agent sessions with
+//!   `AddClient`/`RemoveClient` and dialing `<clusterID>::tcp` through a peer that has the agent.
 
 pub mod client;
 pub mod frame;
+pub mod peer;
 pub mod server;
 pub mod session;
 

@@ -10,7 +10,7 @@
 //! Metrics: `clusternet_socket_connections_count` (gauge of open agent sockets) and
 //! `clusternet_socket_connections_duration_seconds` (histogram of socket lifetimes).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -18,6 +18,9 @@ use async_tungstenite::WebSocketStream;
 use async_tungstenite::tokio::TokioAdapter;
 use async_tungstenite::tungstenite::protocol::Role;
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::watch;
+
+use super::peer::PeerSessions;
 
 use super::session::{Session, SessionHandle, SessionOptions, SessionRole};
 
@@ -65,10 +68,22 @@ pub fn websocket_accept_key(request_key: &[u8]) -> String {
     async_tungstenite::tungstenite::handshake::derive_accept_key(request_key)
 }
 
-/// Live agent sessions by cluster ID.
-#[derive(Default)]
+/// Live agent sessions by cluster ID, plus the sessions other hub replicas opened to us.
 pub struct SessionRegistry {
     inner: Mutex<RegistryInner>,
+    /// Bumped whenever an agent session comes or goes, so peer announcers can resend.
+    changes: watch::Sender<u64>,
+    peers: PeerSessions,
+}
+
+impl Default for SessionRegistry {
+    fn default() -> Self {
+        Self {
+            inner: Mutex::default(),
+            changes: watch::Sender::new(0),
+            peers: PeerSessions::default(),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -134,6 +149,7 @@ impl SessionRegistry {
                 started: Instant::now(),
             }
         };
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
         metrics::gauge!(METRIC_CONNECTIONS_COUNT).increment(1.0);
         tracing::info!(
             cluster = cluster_id,
@@ -171,14 +187,40 @@ impl SessionRegistry {
         self.get(cluster_id).is_some()
     }
 
+    /// Live agent sessions as `(cluster ID, session key)`, what peers are told about.
+    pub fn snapshot(&self) -> BTreeSet<(String, u64)> {
+        self.lock()
+            .sessions
+            .iter()
+            .flat_map(|(id, list)| {
+                list.iter()
+                    .filter(|(_, handle)| !handle.is_closed())
+                    .map(move |(key, _)| (id.clone(), *key))
+            })
+            .collect()
+    }
+
+    /// Fires whenever an agent session comes or goes (see [`snapshot`](Self::snapshot)).
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    /// Sessions other hub replicas opened to us (hub.md §2.6).
+    pub fn peers(&self) -> &PeerSessions {
+        &self.peers
+    }
+
     fn remove(&self, cluster_id: &str, session_key: u64) {
-        let mut inner = self.lock();
-        if let Some(list) = inner.sessions.get_mut(cluster_id) {
-            list.retain(|(key, _)| *key != session_key);
-            if list.is_empty() {
-                inner.sessions.remove(cluster_id);
+        {
+            let mut inner = self.lock();
+            if let Some(list) = inner.sessions.get_mut(cluster_id) {
+                list.retain(|(key, _)| *key != session_key);
+                if list.is_empty() {
+                    inner.sessions.remove(cluster_id);
+                }
             }
         }
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
     }
 }
 

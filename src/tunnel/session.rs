@@ -20,7 +20,7 @@
 //! go to a priority control queue with a hard cap. Stream data and `Connect`/close messages share
 //! one bounded queue so they stay ordered and writers feel back-pressure from the socket.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
@@ -60,6 +60,8 @@ const MAX_DATA_CHUNK: usize = 64 * 1024;
 const DATA_QUEUE_LEN: usize = 64;
 /// Replies the read side may queue before the peer is considered to be flooding us.
 const MAX_CONTROL_BACKLOG: usize = 4096;
+/// Client keys (and session keys per client) we remember from one peer's gossip.
+const MAX_REMOTE_CLIENTS: usize = 100_000;
 /// Best-effort time to say goodbye with a WebSocket close frame.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
@@ -134,6 +136,9 @@ pub struct SessionOptions {
     pub ping_interval: Duration,
     /// Silence after which the session is considered dead.
     pub read_timeout: Duration,
+    /// Record the peer's `AddClient`/`RemoveClient` gossip (sessions between hub replicas only;
+    /// an agent has no business announcing clients).
+    pub gossip: bool,
 }
 
 impl SessionOptions {
@@ -145,7 +150,14 @@ impl SessionOptions {
             dialer: tcp_dialer(DIAL_TIMEOUT),
             ping_interval: PING_INTERVAL,
             read_timeout: READ_TIMEOUT,
+            gossip: false,
         }
+    }
+
+    /// Records the peer's `AddClient`/`RemoveClient` gossip (see [`SessionHandle::has_remote_client`]).
+    pub fn with_gossip(mut self) -> Self {
+        self.gossip = true;
+        self
     }
 
     /// Replaces the dialer used for incoming `Connect` requests.
@@ -162,6 +174,7 @@ impl std::fmt::Debug for SessionOptions {
             .field("key", &self.key)
             .field("ping_interval", &self.ping_interval)
             .field("read_timeout", &self.read_timeout)
+            .field("gossip", &self.gossip)
             .finish_non_exhaustive()
     }
 }
@@ -192,6 +205,8 @@ impl Session {
         let shared = Arc::new(Shared {
             role: options.role,
             key: options.key.clone(),
+            gossip: options.gossip,
+            remote_clients: Mutex::new(HashMap::new()),
             data_tx,
             control_tx,
             control_backlog: AtomicUsize::new(0),
@@ -267,6 +282,39 @@ impl SessionHandle {
         Ok(stream)
     }
 
+    /// Tells the peer that this process now has (`added`) or no longer has a session
+    /// `session_key` for `client_key` (remotedialer `AddClient`/`RemoveClient`). Queued behind
+    /// stream data so announcements stay in order.
+    pub async fn announce(
+        &self,
+        added: bool,
+        client_key: &str,
+        session_key: &str,
+    ) -> Result<(), TunnelError> {
+        let msg = if added {
+            Message::add_client(next_message_id(), client_key, session_key)
+        } else {
+            Message::remove_client(next_message_id(), client_key, session_key)
+        };
+        let shared = &self.shared;
+        tokio::select! {
+            sent = shared.data_tx.send(msg) => sent.map_err(|_| TunnelError::SessionClosed),
+            () = shared.done.cancelled() => Err(TunnelError::SessionClosed),
+        }
+    }
+
+    /// Whether the peer announced a live session for `client_key` (gossip sessions only).
+    pub fn has_remote_client(&self, client_key: &str) -> bool {
+        lock(&self.shared.remote_clients).contains_key(client_key)
+    }
+
+    /// Client keys the peer announced, sorted.
+    pub fn remote_clients(&self) -> Vec<String> {
+        let mut keys: Vec<String> = lock(&self.shared.remote_clients).keys().cloned().collect();
+        keys.sort();
+        keys
+    }
+
     /// Asks the session to end; open connections fail.
     pub fn close(&self) {
         self.shared.stop.cancel();
@@ -291,6 +339,10 @@ impl SessionHandle {
 struct Shared {
     role: SessionRole,
     key: String,
+    /// Whether `AddClient`/`RemoveClient` from the peer are recorded.
+    gossip: bool,
+    /// What the peer announced: client key -> its session keys.
+    remote_clients: Mutex<HashMap<String, HashSet<String>>>,
     data_tx: mpsc::Sender<Message>,
     control_tx: mpsc::UnboundedSender<Message>,
     control_backlog: AtomicUsize,
@@ -389,8 +441,38 @@ impl Shared {
                     conn.set_peer_paused(false);
                 }
             }
-            MessageType::AddClient | MessageType::RemoveClient => {
-                tracing::debug!(session = %self.key, kind = ?msg.kind, "ignoring peer gossip");
+            MessageType::AddClient | MessageType::RemoveClient => self.on_gossip(&msg),
+        }
+    }
+
+    fn on_gossip(&self, msg: &Message) {
+        if !self.gossip {
+            tracing::debug!(session = %self.key, kind = ?msg.kind, "ignoring peer gossip");
+            return;
+        }
+        let (client, session) = match msg.client_target() {
+            Ok(target) => target,
+            Err(err) => {
+                tracing::debug!(session = %self.key, error = %err, "ignoring malformed peer gossip");
+                return;
+            }
+        };
+        let mut remote = lock(&self.remote_clients);
+        if msg.kind == MessageType::AddClient {
+            // A peer announcing without bound is broken or hostile; stop listening to it
+            // rather than grow memory.
+            if remote.len() >= MAX_REMOTE_CLIENTS && !remote.contains_key(&client) {
+                tracing::warn!(session = %self.key, "too many clients announced by peer; ignoring");
+                return;
+            }
+            let sessions = remote.entry(client).or_default();
+            if sessions.len() < MAX_REMOTE_CLIENTS {
+                sessions.insert(session);
+            }
+        } else if let Some(sessions) = remote.get_mut(&client) {
+            sessions.remove(&session);
+            if sessions.is_empty() {
+                remote.remove(&client);
             }
         }
     }

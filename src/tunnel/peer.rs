@@ -1,0 +1,343 @@
+//! Tunnels between hub replicas (hub.md §2.6, remotedialer's `peer.go`).
+//!
+//! Several hub replicas sit behind one Service, so an agent's tunnel lands on one of them while a
+//! proxy request may land on any. Replicas therefore connect to each other:
+//!
+//! - the *dialing* hub ([`run_peer_client`]) connects to `wss://<peer>/connect` with its peer ID
+//!   and token, announces every local agent session with `AddClient`/`RemoveClient`, and serves
+//!   `Connect` requests whose protocol is `<clusterID>::<proto>` by dialing through its own agent
+//!   session for that cluster ([`peer_dialer`]);
+//! - the *accepting* hub ([`PeerSessions::serve`]) records those announcements and, when it has
+//!   no agent session for a cluster, dials `("<clusterID>::tcp", address)` over the peer session
+//!   that announced it ([`PeerSessions::for_cluster`]).
+//!
+//! Each pair of replicas thus holds two sessions, one per direction, exactly as remotedialer does,
+//! so a Go hub and this one can peer with each other.
+
+use std::collections::{BTreeSet, HashMap};
+use std::io;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_tungstenite::WebSocketStream;
+use async_tungstenite::tokio::TokioAdapter;
+use async_tungstenite::tungstenite::protocol::Role;
+use futures::future::BoxFuture;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_util::sync::CancellationToken;
+
+use super::TunnelError;
+use super::server::SessionRegistry;
+use super::session::{BoxedIo, Dialer, Session, SessionHandle, SessionOptions, SessionRole};
+
+/// Header carrying the dialing hub's peer ID.
+pub const PEER_ID_HEADER: &str = "X-API-Tunnel-ID";
+/// Header carrying the dialing hub's peer token.
+pub const PEER_TOKEN_HEADER: &str = "X-API-Tunnel-Token";
+/// The only route of the peer listener.
+pub const PEER_CONNECT_PATH: &str = "/connect";
+/// Wait between attempts to reach a peer.
+pub const PEER_RETRY_PERIOD: Duration = Duration::from_secs(5);
+/// TCP, TLS and WebSocket handshake together.
+pub const PEER_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Splits a peer `Connect` protocol `<clientKey>::<proto>`.
+pub fn split_peer_proto(proto: &str) -> Option<(&str, &str)> {
+    proto
+        .split_once("::")
+        .filter(|(key, proto)| !key.is_empty() && !proto.is_empty())
+}
+
+/// The dialer of a hub's outgoing peer sessions: `<clusterID>::<proto>` targets are opened
+/// through the local agent session of that cluster; anything else is refused, so a peer cannot
+/// use us to reach arbitrary addresses from the hub's own network.
+pub fn peer_dialer(local: Arc<SessionRegistry>) -> Dialer {
+    Arc::new(move |proto: String, address: String| {
+        let local = local.clone();
+        Box::pin(async move {
+            let Some((cluster_id, inner)) = split_peer_proto(&proto) else {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("invalid clientKey/proto: {proto}"),
+                ));
+            };
+            let session = local.get(cluster_id).ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!("failed to find Session for client {cluster_id}"),
+                )
+            })?;
+            let stream = session
+                .dial(inner, &address)
+                .await
+                .map_err(|e| io::Error::new(io::ErrorKind::ConnectionAborted, e.to_string()))?;
+            Ok(Box::new(stream) as BoxedIo)
+        }) as BoxFuture<'static, io::Result<BoxedIo>>
+    })
+}
+
+/// Sessions other hub replicas opened to us, and which peers we accept.
+#[derive(Default)]
+pub struct PeerSessions {
+    inner: Mutex<PeersInner>,
+}
+
+#[derive(Default)]
+struct PeersInner {
+    /// Peer ID -> token, from the peers' Leases.
+    known: HashMap<String, String>,
+    next_session_key: u64,
+    sessions: HashMap<String, Vec<(u64, SessionHandle)>>,
+}
+
+impl std::fmt::Debug for PeerSessions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let inner = self.lock();
+        f.debug_struct("PeerSessions")
+            .field("known", &inner.known.keys().collect::<Vec<_>>())
+            .field("connected", &inner.sessions.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl PeerSessions {
+    fn lock(&self) -> MutexGuard<'_, PeersInner> {
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Records a peer (from its Lease) so its incoming connections are accepted.
+    pub fn add_known(&self, id: &str, token: &str) {
+        let mut inner = self.lock();
+        let changed = inner.known.get(id).is_some_and(|t| t != token);
+        inner.known.insert(id.to_owned(), token.to_owned());
+        if changed {
+            // A new token is a new incarnation: what it told us before is stale.
+            close_all(inner.sessions.get(id));
+        }
+    }
+
+    /// Forgets a peer (its Lease is gone or expired) and closes its sessions.
+    pub fn remove_known(&self, id: &str) {
+        let mut inner = self.lock();
+        inner.known.remove(id);
+        close_all(inner.sessions.get(id));
+    }
+
+    /// Whether a connection claiming peer `id` with `token` may be accepted.
+    pub fn authorize(&self, id: &str, token: &str) -> bool {
+        self.lock().known.get(id).is_some_and(|t| t == token)
+    }
+
+    /// Runs an accepting session for peer `id` over an upgraded connection until it ends.
+    pub async fn serve<IO>(&self, id: &str, io: IO)
+    where
+        IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let ws = WebSocketStream::from_raw_socket(TokioAdapter::new(io), Role::Server, None).await;
+        let (key, handle) = {
+            let mut inner = self.lock();
+            inner.next_session_key += 1;
+            let key = inner.next_session_key;
+            let options = SessionOptions::new(SessionRole::Server, format!("{id}/{key}"))
+                .with_gossip();
+            let handle = Session::spawn_with(ws, options);
+            inner
+                .sessions
+                .entry(id.to_owned())
+                .or_default()
+                .push((key, handle.clone()));
+            (key, handle)
+        };
+        let _guard = PeerRegistration {
+            peers: self,
+            id: id.to_owned(),
+            key,
+            handle: handle.clone(),
+        };
+        tracing::info!(peer = id, "peer hub connected");
+        handle.closed().await;
+    }
+
+    /// A live peer session whose hub announced an agent session for `cluster_id`.
+    pub fn for_cluster(&self, cluster_id: &str) -> Option<SessionHandle> {
+        let inner = self.lock();
+        let mut ids: Vec<&String> = inner.sessions.keys().collect();
+        // Deterministic choice, so retries of one request go the same way.
+        ids.sort();
+        ids.into_iter()
+            .flat_map(|id| inner.sessions[id].iter())
+            .map(|(_, handle)| handle)
+            .find(|handle| !handle.is_closed() && handle.has_remote_client(cluster_id))
+            .cloned()
+    }
+
+    /// Peer IDs with a live incoming session, sorted.
+    pub fn connected(&self) -> Vec<String> {
+        let mut ids: Vec<String> = self
+            .lock()
+            .sessions
+            .iter()
+            .filter(|(_, list)| list.iter().any(|(_, h)| !h.is_closed()))
+            .map(|(id, _)| id.clone())
+            .collect();
+        ids.sort();
+        ids
+    }
+
+    fn remove(&self, id: &str, key: u64) {
+        let mut inner = self.lock();
+        if let Some(list) = inner.sessions.get_mut(id) {
+            list.retain(|(k, _)| *k != key);
+            if list.is_empty() {
+                inner.sessions.remove(id);
+            }
+        }
+    }
+}
+
+fn close_all(list: Option<&Vec<(u64, SessionHandle)>>) {
+    for (_, handle) in list.into_iter().flatten() {
+        handle.close();
+    }
+}
+
+/// Deregisters a peer session however `serve` ends.
+struct PeerRegistration<'a> {
+    peers: &'a PeerSessions,
+    id: String,
+    key: u64,
+    handle: SessionHandle,
+}
+
+impl Drop for PeerRegistration<'_> {
+    fn drop(&mut self) {
+        self.handle.close();
+        self.peers.remove(&self.id, self.key);
+        tracing::info!(peer = %self.id, "peer hub disconnected");
+    }
+}
+
+/// Who we are to our peers.
+#[derive(Clone)]
+pub struct PeerIdentity {
+    /// Our random peer ID.
+    pub id: String,
+    /// The shared peer token.
+    pub token: String,
+}
+
+impl std::fmt::Debug for PeerIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerIdentity")
+            .field("id", &self.id)
+            .field("token", &"<redacted>")
+            .finish()
+    }
+}
+
+/// One connection attempt to a peer's `/connect`: returns the running (dialing-side) session.
+pub async fn connect_peer(
+    local: &Arc<SessionRegistry>,
+    url: &str,
+    me: &PeerIdentity,
+    peer_id: &str,
+) -> Result<SessionHandle, TunnelError> {
+    let headers = [
+        (PEER_ID_HEADER, me.id.as_str()),
+        (PEER_TOKEN_HEADER, me.token.as_str()),
+    ];
+    let ws = tokio::time::timeout(
+        PEER_HANDSHAKE_TIMEOUT,
+        super::client::handshake(url, &headers),
+    )
+    .await
+    .map_err(|_| TunnelError::HandshakeTimeout(PEER_HANDSHAKE_TIMEOUT))??;
+    Ok(start_dialing_session(local, ws, peer_id))
+}
+
+/// Runs the dialing side of a peer session over `ws`: `Connect`s for `<clusterID>::<proto>` go
+/// through our agent sessions, and our agent sessions are announced until the session ends.
+pub fn start_dialing_session<S>(
+    local: &Arc<SessionRegistry>,
+    ws: WebSocketStream<S>,
+    peer_id: &str,
+) -> SessionHandle
+where
+    S: futures::io::AsyncRead + futures::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let options = SessionOptions::new(SessionRole::Client, format!("peer/{peer_id}"))
+        .with_dialer(peer_dialer(local.clone()));
+    let session = Session::spawn_with(ws, options);
+    tokio::spawn(announce(local.clone(), session.clone()));
+    session
+}
+
+/// Sends `AddClient` for every local agent session, then the changes, until the session ends.
+async fn announce(local: Arc<SessionRegistry>, session: SessionHandle) {
+    // Subscribe before the first snapshot so no change between the two is missed.
+    let mut changes = local.subscribe();
+    let mut sent: BTreeSet<(String, u64)> = BTreeSet::new();
+    loop {
+        let now = local.snapshot();
+        for (cluster, key) in sent.difference(&now) {
+            if session
+                .announce(false, cluster, &key.to_string())
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+        for (cluster, key) in now.difference(&sent) {
+            if session
+                .announce(true, cluster, &key.to_string())
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+        sent = now;
+        tokio::select! {
+            changed = changes.changed() => if changed.is_err() { return },
+            () = session.closed() => return,
+        }
+    }
+}
+
+/// Keeps a dialing session to one peer up until `cancel`: connect, serve, and on any failure
+/// retry every [`PEER_RETRY_PERIOD`].
+pub async fn run_peer_client(
+    local: Arc<SessionRegistry>,
+    url: String,
+    me: PeerIdentity,
+    peer_id: String,
+    cancel: CancellationToken,
+) {
+    while !cancel.is_cancelled() {
+        let attempt = tokio::select! {
+            attempt = connect_peer(&local, &url, &me, &peer_id) => attempt,
+            () = cancel.cancelled() => break,
+        };
+        match attempt {
+            Ok(session) => {
+                tracing::info!(peer = %peer_id, %url, "connected to peer hub");
+                tokio::select! {
+                    () = session.closed() => {
+                        tracing::warn!(peer = %peer_id, %url, "peer hub session closed");
+                    }
+                    () = cancel.cancelled() => session.close(),
+                }
+            }
+            Err(err) => {
+                tracing::warn!(peer = %peer_id, %url, error = %err, "failed to connect to peer hub");
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(PEER_RETRY_PERIOD) => {}
+            () = cancel.cancelled() => break,
+        }
+    }
+}
