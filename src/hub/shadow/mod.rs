@@ -8,6 +8,7 @@
 //! selection); `rest` the verbs; this file the served-resource table and request parsing.
 
 pub mod model;
+pub mod printers;
 pub mod rest;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -57,7 +58,7 @@ pub struct ShadowApi {
     pub(crate) rt: Runtime,
     /// Built-in resources, discovered once (`None` until discovery finished).
     builtins: RwLock<Option<Vec<ShadowResource>>>,
-    crds: Shared<CustomResourceDefinition>,
+    pub(crate) crds: Shared<CustomResourceDefinition>,
     /// Patch metadata of the parent's OpenAPI v3 documents per group-version, for strategic
     /// merge patches.
     pub(crate) openapi: Mutex<HashMap<String, crate::kube_ext::strategic_merge::PatchSchemaIndex>>,

@@ -16,6 +16,7 @@ use kube::api::{
 use serde_json::{Value, json};
 
 use super::model::{self, ShadowResource};
+use super::printers::{self, Printer};
 use super::{ShadowApi, ShadowRequest, Target, query_map};
 use crate::apis::Manifest;
 use crate::hub::body::{HubBody, boxed};
@@ -33,7 +34,14 @@ pub async fn dispatch(
     match (&req.method, t.name.as_deref(), t.subresource.as_deref()) {
         (&Method::GET | &Method::HEAD, None, None) => {
             let list = list(api, t, &q).await?;
-            Ok((StatusCode::OK, if table { to_table(&list) } else { list }))
+            Ok((
+                StatusCode::OK,
+                if table {
+                    to_table(api, &t.resource, &list)
+                } else {
+                    list
+                },
+            ))
         }
         (&Method::GET | &Method::HEAD, Some(name), None) => {
             let obj =
@@ -42,7 +50,7 @@ pub async fn dispatch(
             Ok((
                 StatusCode::OK,
                 if table {
-                    to_table(&single_list(&obj))
+                    to_table(api, &t.resource, &single_list(&obj))
                 } else {
                     obj
                 },
@@ -816,47 +824,38 @@ fn single_list(obj: &Value) -> Value {
     json!({"metadata": {}, "items": [obj]})
 }
 
-/// A `meta.k8s.io/v1` Table with the columns the API server gives kinds without printers
-/// (name and age), so `kubectl get` prints as usual.
-fn to_table(list: &Value) -> Value {
-    let now = chrono::Utc::now();
-    let rows: Vec<Value> = list["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|o| {
-            let age = o["metadata"]["creationTimestamp"]
-                .as_str()
-                .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
-                .map(|t| human_age(now.signed_duration_since(t)))
-                .unwrap_or_else(|| "<unknown>".into());
-            json!({"cells": [o["metadata"]["name"], age], "object": o})
+/// The Table printer of a resource: CRD printer columns, or built-in column sets.
+fn printer(api: &ShadowApi, r: &ShadowResource) -> Printer {
+    if !is_crd(r) {
+        return Printer::Builtin {
+            group: r.group.clone(),
+            kind: r.kind.clone(),
+        };
+    }
+    let columns = api
+        .crds
+        .store
+        .state()
+        .iter()
+        .find(|c| c.spec.group == r.group && c.spec.names.plural == r.name)
+        .and_then(|c| {
+            c.spec
+                .versions
+                .iter()
+                .find(|v| v.storage)
+                .and_then(|v| v.additional_printer_columns.clone())
         })
-        .collect();
-    json!({
-        "kind": "Table",
-        "apiVersion": "meta.k8s.io/v1",
-        "metadata": {
-            "resourceVersion": list["metadata"]["resourceVersion"],
-            "continue": list["metadata"]["continue"],
-        },
-        "columnDefinitions": [
-            {"name": "Name", "type": "string", "format": "name", "description": "Name must be unique within a namespace.", "priority": 0},
-            {"name": "Age", "type": "date", "format": "", "description": "CreationTimestamp is a timestamp representing the server time when this object was created.", "priority": 0},
-        ],
-        "rows": rows,
-    })
+        .map(|cols| {
+            cols.iter()
+                .filter_map(|c| serde_json::to_value(c).ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    Printer::Crd(columns)
 }
 
-/// kubectl's short age format (`45s`, `12m`, `3h`, `5d`).
-fn human_age(d: chrono::TimeDelta) -> String {
-    let s = d.num_seconds().max(0);
-    match s {
-        0..=119 => format!("{s}s"),
-        120..=7199 => format!("{}m", s / 60),
-        7200..=172_799 => format!("{}h", s / 3600),
-        _ => format!("{}d", s / 86400),
-    }
+fn to_table(api: &ShadowApi, r: &ShadowResource, list: &Value) -> Value {
+    printers::table(&printer(api, r), list)
 }
 
 async fn scale(
@@ -907,7 +906,7 @@ pub async fn watch(
 ) -> Result<Response<HubBody>, ApiError> {
     let q = query_map(query);
     // `kubectl get -w` asks for Table events; every event then carries a one-row Table
-    let table = wants_table(headers);
+    let table = wants_table(headers).then(|| printer(api, &t.resource));
     let (selector, rv) = list_params(t, &q)?;
     let wp = WatchParams {
         label_selector: Some(selector),
@@ -934,9 +933,9 @@ pub async fn watch(
     let av = api_version(&t.resource);
     let events = stream.map(move |ev| {
         let line = match ev {
-            Ok(WatchEvent::Added(m)) => event("ADDED", transform(&m), table),
-            Ok(WatchEvent::Modified(m)) => event("MODIFIED", transform(&m), table),
-            Ok(WatchEvent::Deleted(m)) => event("DELETED", transform(&m), table),
+            Ok(WatchEvent::Added(m)) => event("ADDED", transform(&m), table.as_ref()),
+            Ok(WatchEvent::Modified(m)) => event("MODIFIED", transform(&m), table.as_ref()),
+            Ok(WatchEvent::Deleted(m)) => event("DELETED", transform(&m), table.as_ref()),
             Ok(WatchEvent::Bookmark(b)) => model::watch_event(
                 "BOOKMARK",
                 model::bookmark_object(&av, &kind, &b.metadata.resource_version),
@@ -958,9 +957,11 @@ pub async fn watch(
     Ok(resp)
 }
 
-fn event(kind: &str, obj: Result<Value, ApiError>, table: bool) -> Value {
+fn event(kind: &str, obj: Result<Value, ApiError>, table: Option<&Printer>) -> Value {
     match obj {
-        Ok(o) if table => model::watch_event(kind, to_table(&single_list(&o))),
+        Ok(o) if let Some(p) = table => {
+            model::watch_event(kind, printers::table(p, &single_list(&o)))
+        }
         Ok(o) => model::watch_event(kind, o),
         Err(e) => json!({"type": "ERROR", "object": e.to_json()}),
     }
@@ -998,12 +999,5 @@ mod tests {
         assert!(dns_label("Foo").is_err());
         assert!(dns_label("-a").is_err());
         assert!(dns_label(&"a".repeat(64)).is_err());
-    }
-
-    #[test]
-    fn ages_read_like_kubectl() {
-        assert_eq!(human_age(chrono::TimeDelta::seconds(45)), "45s");
-        assert_eq!(human_age(chrono::TimeDelta::seconds(600)), "10m");
-        assert_eq!(human_age(chrono::TimeDelta::seconds(3 * 86400)), "3d");
     }
 }
