@@ -9,6 +9,7 @@ pub mod authn;
 pub mod authz;
 pub mod body;
 pub mod discovery;
+pub mod peers;
 pub mod proxies;
 pub mod server;
 pub mod shadow;
@@ -124,6 +125,9 @@ pub async fn start(rt: &Runtime) -> Result<(Arc<Hub>, SocketAddr), HubError> {
         shadow,
         socket_connection: cfg.gate(known::SOCKET_CONNECTION),
     });
+    // peers dial with server verification off and no client certificate, so the hub's own TLS
+    // settings serve them as well
+    let peer_tls = tls.clone();
     let bound =
         server::serve(hub.clone(), listener, tls, rt.shutdown.clone()).map_err(|source| {
             HubError::Bind {
@@ -132,5 +136,8 @@ pub async fn start(rt: &Runtime) -> Result<(Arc<Hub>, SocketAddr), HubError> {
             }
         })?;
     info!(%bound, shadow = hub.shadow.is_some(), sockets = hub.socket_connection, "hub serving");
+    if cfg.leader_elect {
+        peers::start(rt, hub.tunnels.clone(), peer_tls);
+    }
     Ok((hub, bound))
 }

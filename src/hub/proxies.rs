@@ -305,15 +305,35 @@ async fn proxy(
     let target = target(proxy_path, &status.apiserver_url)?;
     let identity = child_identity(&user.extra)?;
 
-    // the tunnel when the agent holds one; a cluster that does not use sockets may be dialled
-    // directly from the hub (upstream always insists on the tunnel)
-    let stream: Box<dyn Stream> = match hub.tunnels.get(cluster_id) {
-        Some(session) => Box::new(session.dial("tcp", &target.authority).await.map_err(|e| {
-            ApiError::unavailable(format!(
-                "dialing {} through the tunnel of cluster {cluster_id}: {e}",
-                target.authority
-            ))
-        })?),
+    // the tunnel when the agent holds one here, else through a peer hub whose replica holds it
+    // (hub.md §2.6); a cluster that does not use sockets may be dialled directly from the hub
+    // (upstream always insists on the tunnel)
+    let via = hub
+        .tunnels
+        .get(cluster_id)
+        .map(|session| (session, "tcp".to_string()))
+        .or_else(|| {
+            hub.tunnels
+                .peers()
+                .for_cluster(cluster_id)
+                .inspect(|session| {
+                    debug!(
+                        cluster_id,
+                        peer = session.key(),
+                        "dialing through a peer hub"
+                    );
+                })
+                .map(|session| (session, format!("{cluster_id}::tcp")))
+        });
+    let stream: Box<dyn Stream> = match via {
+        Some((session, proto)) => {
+            Box::new(session.dial(&proto, &target.authority).await.map_err(|e| {
+                ApiError::unavailable(format!(
+                    "dialing {} through the tunnel of cluster {cluster_id}: {e}",
+                    target.authority
+                ))
+            })?)
+        }
         None if status.use_socket => {
             return Err(ApiError::bad_request(format!(
                 "cannot proxy through cluster {cluster_id}, whose agent is disconnected"

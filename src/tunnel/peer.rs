@@ -140,8 +140,8 @@ impl PeerSessions {
             let mut inner = self.lock();
             inner.next_session_key += 1;
             let key = inner.next_session_key;
-            let options = SessionOptions::new(SessionRole::Server, format!("{id}/{key}"))
-                .with_gossip();
+            let options =
+                SessionOptions::new(SessionRole::Server, format!("{id}/{key}")).with_gossip();
             let handle = Session::spawn_with(ws, options);
             inner
                 .sessions
@@ -339,5 +339,150 @@ pub async fn run_peer_client(
             () = tokio::time::sleep(PEER_RETRY_PERIOD) => {}
             () = cancel.cancelled() => break,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    const WAIT: Duration = Duration::from_secs(10);
+
+    async fn echo_server() -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let (mut r, mut w) = socket.into_split();
+                    let _ = tokio::io::copy(&mut r, &mut w).await;
+                });
+            }
+        });
+        addr
+    }
+
+    /// An agent for `cluster` whose tunnel lands on `hub`.
+    async fn agent(hub: &Arc<SessionRegistry>, cluster: &'static str) -> SessionHandle {
+        let (hub_io, agent_io) = tokio::io::duplex(256 * 1024);
+        let reg = hub.clone();
+        tokio::spawn(async move { reg.serve(cluster, hub_io).await });
+        let ws =
+            WebSocketStream::from_raw_socket(TokioAdapter::new(agent_io), Role::Client, None).await;
+        Session::spawn(ws, SessionRole::Client, cluster.into())
+    }
+
+    /// Hub `a` dials hub `b` as peer `a-id`: returns a's dialing session.
+    async fn peer(a: &Arc<SessionRegistry>, b: &Arc<SessionRegistry>) -> SessionHandle {
+        let (a_io, b_io) = tokio::io::duplex(256 * 1024);
+        let b = b.clone();
+        tokio::spawn(async move { b.peers().serve("a-id", b_io).await });
+        let ws =
+            WebSocketStream::from_raw_socket(TokioAdapter::new(a_io), Role::Client, None).await;
+        start_dialing_session(a, ws, "b-id")
+    }
+
+    async fn until(what: &str, mut check: impl FnMut() -> bool) {
+        tokio::time::timeout(WAIT, async {
+            while !check() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("timed out waiting for {what}"));
+    }
+
+    #[test]
+    fn peer_protocols() {
+        assert_eq!(split_peer_proto("c1::tcp"), Some(("c1", "tcp")));
+        assert_eq!(split_peer_proto("tcp"), None);
+        assert_eq!(split_peer_proto("::tcp"), None);
+        assert_eq!(split_peer_proto("c1::"), None);
+    }
+
+    #[test]
+    fn only_known_peers_with_their_token_are_accepted() {
+        let peers = PeerSessions::default();
+        assert!(!peers.authorize("abcde", "Cheugy"));
+        peers.add_known("abcde", "Cheugy");
+        assert!(peers.authorize("abcde", "Cheugy"));
+        assert!(!peers.authorize("abcde", "other"));
+        assert!(!peers.authorize("fghij", "Cheugy"));
+        peers.remove_known("abcde");
+        assert!(!peers.authorize("abcde", "Cheugy"));
+    }
+
+    #[tokio::test]
+    async fn a_peer_reaches_an_agent_connected_to_another_hub() {
+        let echo = echo_server().await;
+        let hub_a = Arc::new(SessionRegistry::new());
+        let hub_b = Arc::new(SessionRegistry::new());
+
+        // An agent that connected before the peer session is announced on connect ...
+        let _agent1 = agent(&hub_a, "c1").await;
+        until("agent c1 on hub a", || hub_a.is_connected("c1")).await;
+        let a_to_b = peer(&hub_a, &hub_b).await;
+        until("b learns c1", || hub_b.peers().for_cluster("c1").is_some()).await;
+        assert_eq!(hub_b.peers().connected(), vec!["a-id".to_owned()]);
+        assert!(hub_b.get("c1").is_none(), "no local session on b");
+
+        // ... and one that connects later as a change.
+        let agent2 = agent(&hub_a, "c2").await;
+        until("b learns c2", || hub_b.peers().for_cluster("c2").is_some()).await;
+
+        let via = hub_b.peers().for_cluster("c1").expect("peer with c1");
+        let mut stream = via.dial("c1::tcp", &echo).await.expect("dial");
+        stream.write_all(b"across hubs").await.expect("write");
+        let mut buf = [0u8; 11];
+        tokio::time::timeout(WAIT, stream.read_exact(&mut buf))
+            .await
+            .expect("in time")
+            .expect("read");
+        assert_eq!(&buf, b"across hubs");
+
+        // A cluster a has no agent for fails on read with remotedialer's error text.
+        let mut missing = via.dial("c9::tcp", &echo).await.expect("dial queued");
+        let err = tokio::time::timeout(WAIT, missing.read(&mut buf))
+            .await
+            .expect("in time")
+            .expect_err("no session for c9");
+        assert!(
+            err.to_string()
+                .contains("failed to find Session for client c9"),
+            "{err}"
+        );
+        // A plain protocol is not forwarded: peers may only reach agents.
+        let mut plain = via.dial("tcp", &echo).await.expect("dial queued");
+        let err = tokio::time::timeout(WAIT, plain.read(&mut buf))
+            .await
+            .expect("in time")
+            .expect_err("plain tcp refused");
+        assert!(err.to_string().contains("invalid clientKey/proto"), "{err}");
+
+        // The agent of c2 goes away: b forgets it.
+        agent2.close();
+        until("b forgets c2", || hub_b.peers().for_cluster("c2").is_none()).await;
+        assert!(hub_b.peers().for_cluster("c1").is_some());
+
+        // The peer session ends: b forgets everything a announced.
+        a_to_b.close();
+        until("peer session gone", || hub_b.peers().connected().is_empty()).await;
+        assert!(hub_b.peers().for_cluster("c1").is_none());
+    }
+
+    #[tokio::test]
+    async fn forgetting_a_peer_closes_its_sessions() {
+        let hub_a = Arc::new(SessionRegistry::new());
+        let hub_b = Arc::new(SessionRegistry::new());
+        hub_b.peers().add_known("a-id", "t");
+        let a_to_b = peer(&hub_a, &hub_b).await;
+        until("connected", || !hub_b.peers().connected().is_empty()).await;
+        hub_b.peers().remove_known("a-id");
+        tokio::time::timeout(WAIT, a_to_b.closed())
+            .await
+            .expect("the dialing side sees the session end");
     }
 }

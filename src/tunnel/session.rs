@@ -7,6 +7,12 @@
 //! sessions count up from 2 like remotedialer; client sessions count down from -1 so IDs from the
 //! two directions can never collide in the shared table.
 //!
+//! Sessions between hub replicas (§2.6) reuse the two roles: the dialing hub runs a client-role
+//! session whose [`Dialer`] forwards `<clusterID>::<proto>` targets through its agent sessions
+//! and announces those sessions with [`SessionHandle::announce`]; the accepting hub runs a
+//! server-role session with [`SessionOptions::gossip`] on, which records the announcements
+//! ([`SessionHandle::has_remote_client`]). Other sessions ignore `AddClient`/`RemoveClient`.
+//!
 //! Behaviour carried over from remotedialer:
 //! - flow control: when a connection's unread buffer passes 2 MiB we send `Pause`, and `Resume`
 //!   once the reader drains it below 256 KiB; our writers block while the peer has paused them;
@@ -1171,6 +1177,75 @@ mod tests {
         tokio::time::timeout(WAIT, session.closed())
             .await
             .expect("text message ends the session");
+    }
+
+    #[tokio::test]
+    async fn gossip_is_recorded_only_when_asked_for() {
+        let options = SessionOptions::new(SessionRole::Server, "peer/1").with_gossip();
+        let (session, mut peer) = raw_peer(options).await;
+        let send = |msg: Message| WsMessage::Binary(msg.encode());
+        peer.send(send(Message::add_client(1, "c1", "7")))
+            .await
+            .expect("send");
+        peer.send(send(Message::add_client(2, "c1", "8")))
+            .await
+            .expect("send");
+        peer.send(send(Message::add_client(3, "c2", "9")))
+            .await
+            .expect("send");
+        // malformed gossip is ignored, not fatal
+        peer.send(send(Message::new(
+            4,
+            0,
+            MessageType::AddClient,
+            Bytes::from_static(b"no-slash"),
+        )))
+        .await
+        .expect("send");
+        peer.send(send(Message::remove_client(5, "c1", "7")))
+            .await
+            .expect("send");
+        peer.send(send(Message::remove_client(6, "c2", "9")))
+            .await
+            .expect("send");
+        tokio::time::timeout(WAIT, async {
+            while session.remote_clients() != vec!["c1".to_owned()] {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("c1 still has session 8, c2 none");
+        assert!(session.has_remote_client("c1"));
+        assert!(!session.has_remote_client("c2"));
+        assert!(!session.is_closed());
+
+        // an agent's session does not listen to gossip
+        let (plain, mut peer) = raw_peer(SessionOptions::new(SessionRole::Server, "c1/1")).await;
+        peer.send(send(Message::add_client(1, "c1", "7")))
+            .await
+            .expect("send");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(plain.remote_clients().is_empty());
+    }
+
+    #[tokio::test]
+    async fn announcements_reach_the_peer_in_order() {
+        let (a, b) = tokio::io::duplex(64 * 1024);
+        let session = Session::spawn_with(
+            ws(a, Role::Client).await,
+            SessionOptions::new(SessionRole::Client, "peer"),
+        );
+        let mut peer = ws(b, Role::Server).await;
+        session.announce(true, "c1", "3").await.expect("announce");
+        session.announce(false, "c1", "3").await.expect("announce");
+        let first = next_tunnel_message(&mut peer).await;
+        assert_eq!(first.kind, MessageType::AddClient);
+        assert_eq!(
+            first.client_target().expect("target"),
+            ("c1".into(), "3".into())
+        );
+        let second = next_tunnel_message(&mut peer).await;
+        assert_eq!(second.kind, MessageType::RemoveClient);
     }
 
     #[tokio::test]
