@@ -12,42 +12,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use support::{Cluster, TestEnv, TestNamespace, register, uid, wait_for};
-
-fn manifest(template: Value) -> Manifest {
-    let api_version = template["apiVersion"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    let (group, version) = api_version
-        .split_once('/')
-        .map(|(g, v)| (g.to_string(), v.to_string()))
-        .unwrap_or((String::new(), api_version.clone()));
-    let kind = template["kind"].as_str().unwrap_or_default().to_string();
-    let name = template["metadata"]["name"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    let ns = template["metadata"]["namespace"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    let plural = format!("{}s", kind.to_lowercase());
-    let mname = if ns.is_empty() {
-        format!("{plural}.{name}")
-    } else {
-        format!("{plural}.{ns}.{name}")
-    };
-    serde_json::from_value(json!({
-        "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Manifest",
-        "metadata": {"name": mname, "namespace": "clusternet-reserved", "labels": {
-            "apps.clusternet.io/config.group": group, "apps.clusternet.io/config.version": version,
-            "apps.clusternet.io/config.kind": kind, "apps.clusternet.io/config.name": name,
-            "apps.clusternet.io/config.namespace": ns}},
-        "template": template
-    }))
-    .expect("a Manifest")
-}
+use support::{Cluster, TestEnv, TestNamespace, create_manifests, register, uid, wait_for};
 
 fn app(appns: &str, replicas: i32) -> Vec<Value> {
     vec![
@@ -60,35 +25,6 @@ fn app(appns: &str, replicas: i32) -> Vec<Value> {
                                      "spec": {"containers": [{"name": "nginx", "image": "nginx:1.27",
                                               "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}}}}),
     ]
-}
-
-async fn create_manifests(parent: &kube::Client, objects: &[Value]) -> Vec<String> {
-    support::ensure_namespace(parent, "clusternet-reserved").await;
-    let api: Api<Manifest> = Api::namespaced(parent.clone(), "clusternet-reserved");
-    let mut names = Vec::new();
-    for o in objects {
-        let m = manifest(o.clone());
-        names.push(m.name_any());
-        api.create(&PostParams::default(), &m)
-            .await
-            .expect("creating a Manifest");
-    }
-    names
-}
-
-fn feeds(objects: &[Value]) -> Value {
-    Value::Array(
-        objects
-            .iter()
-            .map(|o| {
-                let mut f = json!({"apiVersion": o["apiVersion"], "kind": o["kind"], "name": o["metadata"]["name"]});
-                if let Some(ns) = o["metadata"]["namespace"].as_str() {
-                    f["namespace"] = json!(ns);
-                }
-                f
-            })
-            .collect(),
-    )
 }
 
 async fn deployment_replicas(child: &kube::Client, ns: &str) -> Result<(i32, i32), String> {
@@ -173,7 +109,7 @@ async fn replication_deploys_to_every_matching_child_follows_edits_and_cleans_up
     let subs: Api<Subscription> = Api::namespaced(parent.clone(), &ns.name);
     let sub: Subscription = serde_json::from_value(json!({
         "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Subscription", "metadata": {"name": "app"},
-        "spec": {"subscribers": [{"clusterAffinity": {"matchLabels": {"e2e": id}}}], "feeds": feeds(&objects)}}))
+        "spec": {"subscribers": [{"clusterAffinity": {"matchLabels": {"e2e": id}}}], "feeds": Value::Array(objects.iter().map(support::feed_of).collect())}}))
     .expect("a Subscription");
     let started = Instant::now();
     let sub = subs
@@ -273,7 +209,7 @@ async fn static_dividing_pushes_two_and_four_replicas() {
         "spec": {"schedulingStrategy": "Dividing", "dividingScheduling": {"type": "Static"},
             "subscribers": [{"clusterAffinity": {"matchLabels": {"e2e": id, "w": "1"}}, "weight": 1},
                             {"clusterAffinity": {"matchLabels": {"e2e": id, "w": "2"}}, "weight": 2}],
-            "feeds": feeds(&objects)}}))
+            "feeds": Value::Array(objects.iter().map(support::feed_of).collect())}}))
     .expect("a Subscription");
     let sub = subs
         .create(&PostParams::default(), &sub)
@@ -363,7 +299,7 @@ async fn overrides_apply_by_priority_and_a_bad_object_fails_only_its_description
     let subs: Api<Subscription> = Api::namespaced(parent.clone(), &ns.name);
     let sub: Subscription = serde_json::from_value(json!({
         "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Subscription", "metadata": {"name": "ovr"},
-        "spec": {"subscribers": [{"clusterAffinity": {"matchLabels": {"e2e": id}}}], "feeds": feeds(&objects)}}))
+        "spec": {"subscribers": [{"clusterAffinity": {"matchLabels": {"e2e": id}}}], "feeds": Value::Array(objects.iter().map(support::feed_of).collect())}}))
     .expect("a Subscription");
     let sub = subs
         .create(&PostParams::default(), &sub)
@@ -479,7 +415,7 @@ async fn an_object_changed_in_a_child_is_repaired() {
     let subs: Api<Subscription> = Api::namespaced(parent.clone(), &ns.name);
     let sub: Subscription = serde_json::from_value(json!({
         "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Subscription", "metadata": {"name": "drift"},
-        "spec": {"subscribers": [{"clusterAffinity": {"matchLabels": {"e2e": id}}}], "feeds": feeds(&objects)}}))
+        "spec": {"subscribers": [{"clusterAffinity": {"matchLabels": {"e2e": id}}}], "feeds": Value::Array(objects.iter().map(support::feed_of).collect())}}))
     .expect("a Subscription");
     subs.create(&PostParams::default(), &sub)
         .await

@@ -14,58 +14,11 @@ use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use support::{Cluster, TestEnv, TestNamespace, register, register_with, uid, wait_for};
+use support::{
+    Cluster, TestEnv, TestNamespace, create_manifests, register, register_with, uid, wait_for,
+};
 
 const FIELD_MANAGER: &str = "clusternet/controller/deployer";
-
-fn manifest(template: &Value) -> Manifest {
-    let api_version = template["apiVersion"].as_str().unwrap_or_default();
-    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    let kind = template["kind"].as_str().unwrap_or_default();
-    let name = template["metadata"]["name"].as_str().unwrap_or_default();
-    let ns = template["metadata"]["namespace"]
-        .as_str()
-        .unwrap_or_default();
-    let plural = format!("{}s", kind.to_lowercase());
-    let mname = if ns.is_empty() {
-        format!("{plural}.{name}")
-    } else {
-        format!("{plural}.{ns}.{name}")
-    };
-    serde_json::from_value(json!({
-        "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Manifest",
-        "metadata": {"name": mname, "namespace": "clusternet-reserved", "labels": {
-            "apps.clusternet.io/config.group": group, "apps.clusternet.io/config.version": version,
-            "apps.clusternet.io/config.kind": kind, "apps.clusternet.io/config.name": name,
-            "apps.clusternet.io/config.namespace": ns}},
-        "template": template
-    }))
-    .expect("a Manifest")
-}
-
-fn feed(o: &Value) -> Value {
-    let mut f =
-        json!({"apiVersion": o["apiVersion"], "kind": o["kind"], "name": o["metadata"]["name"]});
-    if let Some(ns) = o["metadata"]["namespace"].as_str() {
-        f["namespace"] = json!(ns);
-    }
-    f
-}
-
-/// Creates the Manifests of `objects`; returns their names for cleanup.
-async fn create_manifests(parent: &kube::Client, objects: &[Value]) -> Vec<String> {
-    support::ensure_namespace(parent, "clusternet-reserved").await;
-    let api: Api<Manifest> = Api::namespaced(parent.clone(), "clusternet-reserved");
-    let mut names = Vec::new();
-    for o in objects {
-        let m = manifest(o);
-        names.push(m.name_any());
-        api.create(&PostParams::default(), &m)
-            .await
-            .expect("creating a Manifest");
-    }
-    names
-}
 
 async fn delete_manifests(parent: &kube::Client, names: &[String]) {
     let api: Api<Manifest> = Api::namespaced(parent.clone(), "clusternet-reserved");
@@ -186,7 +139,7 @@ async fn push_goes_through_the_socket_proxy_when_the_child_is_not_directly_reach
         &ns.name,
         "pushed",
         json!({"subscribers": [{"clusterAffinity": {"matchLabels": {"e2e": id}}}],
-            "feeds": objects.iter().map(feed).collect::<Vec<_>>()}),
+            "feeds": objects.iter().map(support::feed_of).collect::<Vec<_>>()}),
     )
     .await;
 
@@ -346,7 +299,7 @@ async fn dynamic_dividing_asks_predictors_through_the_tunnel() {
         json!({"schedulingStrategy": "Dividing",
             "dividingScheduling": {"type": "Dynamic", "dynamicDividing": {"strategy": "Spread"}},
             "subscribers": [{"clusterAffinity": {"matchLabels": {"dyn": id}}}],
-            "feeds": objects.iter().map(feed).collect::<Vec<_>>()}),
+            "feeds": objects.iter().map(support::feed_of).collect::<Vec<_>>()}),
     )
     .await;
     let key = format!("apps/v1/Deployment/{appns}/web");

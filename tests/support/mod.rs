@@ -786,3 +786,56 @@ impl TestEnv {
         child.wait_with_output().expect("kubectl-clusternet")
     }
 }
+
+/// The Manifest the shadow API would store for `template` (upstream's name and config labels;
+/// plural = lower-case kind + "s", enough for the kinds the tests use).
+pub fn manifest_of(template: &serde_json::Value) -> clusternet::apis::Manifest {
+    let api_version = template["apiVersion"].as_str().unwrap_or_default();
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let kind = template["kind"].as_str().unwrap_or_default();
+    let name = template["metadata"]["name"].as_str().unwrap_or_default();
+    let ns = template["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or_default();
+    let plural = format!("{}s", kind.to_lowercase());
+    let mname = if ns.is_empty() {
+        format!("{plural}.{name}")
+    } else {
+        format!("{plural}.{ns}.{name}")
+    };
+    serde_json::from_value(json!({
+        "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Manifest",
+        "metadata": {"name": mname, "namespace": "clusternet-reserved", "labels": {
+            "apps.clusternet.io/config.group": group, "apps.clusternet.io/config.version": version,
+            "apps.clusternet.io/config.kind": kind, "apps.clusternet.io/config.name": name,
+            "apps.clusternet.io/config.namespace": ns}},
+        "template": template
+    }))
+    .expect("a Manifest")
+}
+
+/// The Subscription feed naming `object`.
+pub fn feed_of(object: &serde_json::Value) -> serde_json::Value {
+    let mut f = json!({"apiVersion": object["apiVersion"], "kind": object["kind"],
+                       "name": object["metadata"]["name"]});
+    if let Some(ns) = object["metadata"]["namespace"].as_str() {
+        f["namespace"] = json!(ns);
+    }
+    f
+}
+
+/// Creates the Manifests of `objects` in the parent; returns their names for cleanup.
+pub async fn create_manifests(parent: &kube::Client, objects: &[serde_json::Value]) -> Vec<String> {
+    ensure_namespace(parent, "clusternet-reserved").await;
+    let api: Api<clusternet::apis::Manifest> =
+        Api::namespaced(parent.clone(), "clusternet-reserved");
+    let mut names = Vec::new();
+    for o in objects {
+        let m = manifest_of(o);
+        names.push(m.name_any());
+        api.create(&PostParams::default(), &m)
+            .await
+            .expect("creating a Manifest");
+    }
+    names
+}
