@@ -16,6 +16,7 @@ use k8s_openapi::api::rbac::v1::{
 };
 use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::Store;
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -50,10 +51,15 @@ pub enum ApproveError {
 
 pub async fn run(rt: Runtime, stop: CancellationToken) {
     let shared = rt.cache.watch::<ClusterRegistrationRequest>();
-    let ctx = Arc::new(rt);
+    let clusters = rt.cache.watch::<ManagedCluster>();
+    // an empty cache that has not listed yet would look like "no ManagedCluster"
+    if !clusters.ready().await {
+        return;
+    }
+    let ctx = Arc::new((rt, clusters.store.clone()));
     super::run_controller("crrapprover", shared, 4, stop, move |crr| {
         let ctx = ctx.clone();
-        async move { reconcile(&ctx, &crr).await }
+        async move { reconcile(&ctx.0, &ctx.1, &crr).await }
     })
     .await;
 }
@@ -81,6 +87,7 @@ fn selector(id: &str) -> ListParams {
 
 pub async fn reconcile(
     rt: &Runtime,
+    clusters: &Store<ManagedCluster>,
     crr: &ClusterRegistrationRequest,
 ) -> Result<Action, ApproveError> {
     let client = rt.client.clone();
@@ -193,15 +200,14 @@ pub async fn reconcile(
     };
 
     // 4. the ManagedCluster
-    let all_mcs: Api<ManagedCluster> = Api::all(client.clone());
-    let mc_name = match all_mcs
-        .list(&selector(&id))
-        .await
-        .map_err(err("listing ManagedClusters"))?
-        .items
-        .into_iter()
-        .next()
-    {
+    // from the cache: one it has not seen yet is created again and that create's AlreadyExists
+    // taken as the answer, as for a concurrent registration
+    let mc_name = match clusters.find(|mc| {
+        let l = mc.labels();
+        l.get(known::OBJECT_CREATED_BY_LABEL).map(String::as_str)
+            == Some(known::CLUSTERNET_AGENT_NAME)
+            && l.get(known::CLUSTER_ID_LABEL) == Some(&id)
+    }) {
         Some(mc) => mc.name_any(),
         None => {
             let mut mc_labels = labels.clone();

@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
@@ -43,6 +43,8 @@ pub enum PushError {
 struct Ctx {
     rt: Runtime,
     clusters: Store<ManagedCluster>,
+    /// Every cluster's `child-cluster-deployer` Secret (a watch of that name only).
+    secrets: Store<Secret>,
     children: ChildCache,
     proxy: ProxyAvailability,
     /// This process's parent connection settings, the base of proxied child clients.
@@ -52,10 +54,17 @@ struct Ctx {
 pub async fn run(rt: Runtime, stop: CancellationToken) {
     let descs = rt.cache.watch::<Description>();
     let clusters = rt.cache.watch::<ManagedCluster>();
+    let secrets = rt
+        .cache
+        .watch_named::<Secret>(known::CHILD_CLUSTER_SECRET_NAME);
     let _ = clusters.ready().await;
+    if !secrets.ready().await {
+        return;
+    }
     let ctx = Arc::new(Ctx {
         rt,
         clusters: clusters.store.clone(),
+        secrets: secrets.store.clone(),
         children: ChildCache::default(),
         proxy: ProxyAvailability::default(),
         parent_config: tokio::sync::OnceCell::new(),
@@ -106,20 +115,28 @@ async fn reconcile(ctx: &Ctx, desc: Arc<Description>) -> Result<Action, PushErro
     if !parent_deploys {
         return Ok(Action::requeue(Duration::from_secs(300)));
     }
-    let secret = Api::<Secret>::namespaced(ctx.rt.client.clone(), &ns)
-        .get_opt(known::CHILD_CLUSTER_SECRET_NAME)
-        .await
-        .map_err(|e| PushError::Credentials {
-            desc: key.clone(),
-            message: e.to_string(),
-        })?
-        .ok_or_else(|| PushError::Credentials {
-            desc: key.clone(),
-            message: format!(
-                "Secret {ns}/{} is not published yet",
-                known::CHILD_CLUSTER_SECRET_NAME
-            ),
-        })?;
+    // from the cache; one it has not seen yet is looked up at the API server
+    let cached = ctx
+        .secrets
+        .get(&ObjectRef::new(known::CHILD_CLUSTER_SECRET_NAME).within(&ns));
+    let secret = match cached {
+        Some(s) => Some(s),
+        None => Api::<Secret>::namespaced(ctx.rt.client.clone(), &ns)
+            .get_opt(known::CHILD_CLUSTER_SECRET_NAME)
+            .await
+            .map_err(|e| PushError::Credentials {
+                desc: key.clone(),
+                message: e.to_string(),
+            })?
+            .map(Arc::new),
+    }
+    .ok_or_else(|| PushError::Credentials {
+        desc: key.clone(),
+        message: format!(
+            "Secret {ns}/{} is not published yet",
+            known::CHILD_CLUSTER_SECRET_NAME
+        ),
+    })?;
     let data = secret.data.clone().unwrap_or_default();
     let get = |k: &str| data.get(k).map(|b| b.0.clone()).unwrap_or_default();
     let (url, token, ca) = (

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::ByteString;
-use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
+use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event, finalizer};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -50,6 +50,7 @@ struct Ctx {
     localizations: Store<Localization>,
     globalizations: Store<Globalization>,
     clusters: Store<ManagedCluster>,
+    descriptions: Store<Description>,
 }
 
 pub async fn run(rt: Runtime, stop: CancellationToken) {
@@ -58,7 +59,13 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     let locs = rt.cache.watch::<Localization>();
     let globs = rt.cache.watch::<Globalization>();
     let clusters = rt.cache.watch::<ManagedCluster>();
-    for s in [manifests.ready().await, locs.ready().await] {
+    let descs = rt.cache.watch::<Description>();
+    // an empty cache that has not listed yet would look like "no Description": never decide from it
+    for s in [
+        manifests.ready().await,
+        locs.ready().await,
+        descs.ready().await,
+    ] {
         if !s {
             return;
         }
@@ -115,6 +122,7 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         localizations: locs.store.clone(),
         globalizations: globs.store.clone(),
         clusters: clusters.store.clone(),
+        descriptions: descs.store.clone(),
     });
     crate::clusters::run_controller_with("base", bases, 8, stop, also, move |base| {
         let ctx = ctx.clone();
@@ -189,14 +197,12 @@ async fn render(ctx: &Ctx, base: &Base) -> Result<Action, BaseError> {
     let ns = base.namespace().unwrap_or_default();
     let descs: Api<Description> = Api::namespaced(ctx.rt.client.clone(), &ns);
     let name = format!("{}-generic", base.name_any());
-    let existing = descs
-        .get_opt(&name)
-        .await
-        .map_err(|source| BaseError::Api {
-            base: key.clone(),
-            what: "reading the Description",
-            source,
-        })?;
+    // from the cache: a stale one only makes the write below fail (AlreadyExists or Conflict),
+    // which is then retried once against a fresh read
+    let mut existing: Option<Description> = ctx
+        .descriptions
+        .get(&ObjectRef::new(&name).within(&ns))
+        .map(|d| (*d).clone());
     let previous: Vec<Value> = existing
         .iter()
         .flat_map(|d| d.spec.raw.iter())
@@ -286,67 +292,80 @@ async fn render(ctx: &Ctx, base: &Base) -> Result<Action, BaseError> {
         chart_raw: Vec::new(),
     };
     let labels = description_labels(base);
-    match existing {
-        Some(d) if d.metadata.deletion_timestamp.is_some() => {
-            return Err(BaseError::Feed {
-                base: key,
-                message: format!("Description {name} is being deleted; waiting"),
-            });
-        }
-        Some(d) => {
-            let mut merged = d.labels().clone();
-            merged.extend(labels);
-            if d.spec != spec || &merged != d.labels() {
-                let mut updated = d.clone();
-                updated.spec = spec;
-                updated.metadata.labels = Some(merged);
-                descs
-                    .replace(&name, &PostParams::default(), &updated)
-                    .await
-                    .map_err(|source| BaseError::Api {
-                        base: key.clone(),
-                        what: "updating the Description",
-                        source,
-                    })?;
-                info!(base = %key, description = %name, "DescriptionUpdated");
+    let mut fresh = false;
+    loop {
+        // a write that fails because the cached Description was stale is redone once with a
+        // fresh read (`retry`); anything else fails as before
+        let retry = |e: &kube::Error, fresh: bool| !fresh && api_code(e) == Some(409);
+        match existing {
+            Some(d) if d.metadata.deletion_timestamp.is_some() => {
+                return Err(BaseError::Feed {
+                    base: key,
+                    message: format!("Description {name} is being deleted; waiting"),
+                });
+            }
+            Some(d) => {
+                let mut merged = d.labels().clone();
+                merged.extend(labels.clone());
+                if d.spec != spec || &merged != d.labels() {
+                    let mut updated = d.clone();
+                    updated.spec = spec.clone();
+                    updated.metadata.labels = Some(merged);
+                    match descs.replace(&name, &PostParams::default(), &updated).await {
+                        Ok(_) => {}
+                        Err(e) if retry(&e, fresh) => {
+                            existing = read_description(&descs, &name, &key).await?;
+                            fresh = true;
+                            continue;
+                        }
+                        Err(source) => {
+                            return Err(BaseError::Api {
+                                base: key.clone(),
+                                what: "updating the Description",
+                                source,
+                            });
+                        }
+                    }
+                    info!(base = %key, description = %name, "DescriptionUpdated");
+                }
+            }
+            None => {
+                let mut d = Description::new(&name, spec.clone());
+                d.metadata = ObjectMeta {
+                    name: Some(name.clone()),
+                    namespace: Some(ns.clone()),
+                    labels: Some(labels.clone()),
+                    finalizers: Some(vec![known::APP_FINALIZER.to_string()]),
+                    owner_references: base.controller_owner_ref(&()).map(|r| vec![r]),
+                    ..Default::default()
+                };
+                match descs.create(&PostParams::default(), &d).await {
+                    Ok(_) => {}
+                    Err(e) if retry(&e, fresh) => {
+                        existing = read_description(&descs, &name, &key).await?;
+                        fresh = true;
+                        continue;
+                    }
+                    Err(source) => {
+                        return Err(BaseError::Api {
+                            base: key.clone(),
+                            what: "creating the Description",
+                            source,
+                        });
+                    }
+                }
+                info!(base = %key, description = %name, "DescriptionCreated");
             }
         }
-        None => {
-            let mut d = Description::new(&name, spec);
-            d.metadata = ObjectMeta {
-                name: Some(name.clone()),
-                namespace: Some(ns.clone()),
-                labels: Some(labels),
-                finalizers: Some(vec![known::APP_FINALIZER.to_string()]),
-                owner_references: base.controller_owner_ref(&()).map(|r| vec![r]),
-                ..Default::default()
-            };
-            descs
-                .create(&PostParams::default(), &d)
-                .await
-                .map_err(|source| BaseError::Api {
-                    base: key.clone(),
-                    what: "creating the Description",
-                    source,
-                })?;
-            info!(base = %key, description = %name, "DescriptionCreated");
-        }
+        break;
     }
     // other Descriptions of this Base (e.g. a -helm one whose charts are gone)
-    let others = descs
-        .list(&ListParams::default().labels(&format!(
-            "{}={}",
-            known::CONFIG_UID_LABEL,
-            base.uid().unwrap_or_default()
-        )))
-        .await
-        .map_err(|source| BaseError::Api {
-            base: key.clone(),
-            what: "listing Descriptions",
-            source,
-        })?;
+    let base_uid = base.uid().unwrap_or_default();
+    let others = ctx.descriptions.state_filter(|d| {
+        d.namespace().as_deref() == Some(ns.as_str())
+            && d.labels().get(known::CONFIG_UID_LABEL) == Some(&base_uid)
+    });
     for d in others
-        .items
         .iter()
         .filter(|d| d.name_any() != name && d.metadata.deletion_timestamp.is_none())
     {
@@ -367,4 +386,17 @@ async fn render(ctx: &Ctx, base: &Base) -> Result<Action, BaseError> {
     } else {
         Ok(Action::requeue(Duration::from_secs(10)))
     }
+}
+
+/// The Description as the API server has it now (after a write against the cache failed).
+async fn read_description(
+    descs: &Api<Description>,
+    name: &str,
+    key: &str,
+) -> Result<Option<Description>, BaseError> {
+    descs.get_opt(name).await.map_err(|source| BaseError::Api {
+        base: key.to_string(),
+        what: "reading the Description",
+        source,
+    })
 }

@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event, finalizer};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -23,6 +24,7 @@ use crate::apis::{
     OverrideType, SchedulingStrategy, Subscription,
 };
 use crate::kube_ext::random_suffix;
+use crate::runtime::cache::Expectations;
 use crate::runtime::{Runtime, api_code};
 
 #[derive(Debug, thiserror::Error)]
@@ -42,17 +44,53 @@ pub enum SubscriptionError {
 
 pub const FIELD_MANAGER: &str = "clusternet/controller/subscription";
 
+/// What the reconciler reads: the shared cache (so a burst of Subscriptions does not spend the
+/// client's rate limit on reads), and the writes of its own the cache may not have seen yet.
+struct Ctx {
+    rt: Runtime,
+    bases: Store<Base>,
+    localizations: Store<Localization>,
+    namespaces: Store<Namespace>,
+    expectations: Expectations,
+}
+
+fn bases_group(sub_uid: &str) -> String {
+    format!("bases/{sub_uid}")
+}
+
+fn localizations_group(sub_uid: &str, ns: &str) -> String {
+    format!("localizations/{sub_uid}/{ns}")
+}
+
 pub async fn run(rt: Runtime, stop: CancellationToken) {
     let subs = rt.cache.watch::<Subscription>();
     // a deleted Base re-triggers its Subscription (it may still be bound there)
     let bases = rt.cache.watch::<Base>();
+    let locs = rt.cache.watch::<Localization>();
+    let namespaces = rt.cache.watch::<Namespace>();
+    // an empty cache that has not listed yet would look like "no Bases": never decide from it
+    for ready in [
+        bases.ready().await,
+        locs.ready().await,
+        namespaces.ready().await,
+    ] {
+        if !ready {
+            return;
+        }
+    }
     let also = futures::StreamExt::filter_map(bases.subscribe(), |b| async move {
         let labels = b.labels();
         let ns = labels.get(known::CONFIG_SUBSCRIPTION_NAMESPACE_LABEL)?;
         let name = labels.get(known::CONFIG_SUBSCRIPTION_NAME_LABEL)?;
         Some(kube::runtime::reflector::ObjectRef::new(name).within(ns))
     });
-    let ctx = Arc::new(rt);
+    let ctx = Arc::new(Ctx {
+        rt,
+        bases: bases.store.clone(),
+        localizations: locs.store.clone(),
+        namespaces: namespaces.store.clone(),
+        expectations: Expectations::default(),
+    });
     crate::clusters::run_controller_with("subscription", subs, 8, stop, also, move |sub| {
         let ctx = ctx.clone();
         async move { reconcile(&ctx, sub).await }
@@ -64,13 +102,13 @@ fn key(sub: &Subscription) -> String {
     format!("{}/{}", sub.namespace().unwrap_or_default(), sub.name_any())
 }
 
-async fn reconcile(rt: &Runtime, sub: Arc<Subscription>) -> Result<Action, SubscriptionError> {
+async fn reconcile(ctx: &Ctx, sub: Arc<Subscription>) -> Result<Action, SubscriptionError> {
     let ns = sub.namespace().unwrap_or_default();
-    let api: Api<Subscription> = Api::namespaced(rt.client.clone(), &ns);
+    let api: Api<Subscription> = Api::namespaced(ctx.rt.client.clone(), &ns);
     finalizer(&api, known::APP_FINALIZER, sub, |event| async {
         match event {
-            Event::Apply(sub) => populate(rt, &sub).await,
-            Event::Cleanup(sub) => cleanup(rt, &sub).await,
+            Event::Apply(sub) => populate(ctx, &sub).await,
+            Event::Cleanup(sub) => cleanup(ctx, &sub).await,
         }
     })
     .await
@@ -102,7 +140,34 @@ fn sub_labels(sub: &Subscription) -> BTreeMap<String, String> {
     l
 }
 
-async fn populate(rt: &Runtime, sub: &Subscription) -> Result<Action, SubscriptionError> {
+/// The Bases of a Subscription: from the cache, or from the API server while the cache may still
+/// miss one of this reconciler's own writes.
+async fn bases_of(ctx: &Ctx, uid: &str) -> Result<Vec<Base>, kube::Error> {
+    if ctx.expectations.settled(&bases_group(uid), &ctx.bases) {
+        return Ok(ctx
+            .bases
+            .state()
+            .iter()
+            .filter(|b| {
+                b.labels()
+                    .get(known::CONFIG_SUBSCRIPTION_UID_LABEL)
+                    .is_some_and(|v| v == uid)
+            })
+            .map(|b| (**b).clone())
+            .collect());
+    }
+    let all_bases: Api<Base> = Api::all(ctx.rt.client.clone());
+    Ok(all_bases
+        .list(
+            &ListParams::default()
+                .labels(&format!("{}={uid}", known::CONFIG_SUBSCRIPTION_UID_LABEL)),
+        )
+        .await?
+        .items)
+}
+
+async fn populate(ctx: &Ctx, sub: &Subscription) -> Result<Action, SubscriptionError> {
+    let rt = &ctx.rt;
     let key = key(sub);
     let err = |what: String| {
         let sub = key.clone();
@@ -110,15 +175,9 @@ async fn populate(rt: &Runtime, sub: &Subscription) -> Result<Action, Subscripti
     };
     let uid = sub.uid().unwrap_or_default();
     let status = sub.status.clone().unwrap_or_default();
-    let all_bases: Api<Base> = Api::all(rt.client.clone());
-    let existing = all_bases
-        .list(
-            &ListParams::default()
-                .labels(&format!("{}={uid}", known::CONFIG_SUBSCRIPTION_UID_LABEL)),
-        )
+    let existing = bases_of(ctx, &uid)
         .await
-        .map_err(err("listing Bases".into()))?
-        .items;
+        .map_err(err("listing Bases".into()))?;
     let namespaces: Api<Namespace> = Api::all(rt.client.clone());
     let mut kept: Vec<(String, String)> = Vec::new();
     let inventory = if sub.spec.scheduling_strategy == Some(SchedulingStrategy::Dividing) {
@@ -134,11 +193,16 @@ async fn populate(rt: &Runtime, sub: &Subscription) -> Result<Action, Subscripti
             warn!(subscription = %key, entry = %cluster, "binding entry is not <namespace>/<name>");
             continue;
         };
-        let Some(ns_obj) = namespaces
-            .get_opt(cluster_ns)
-            .await
-            .map_err(err(format!("reading namespace {cluster_ns}")))?
-        else {
+        // the cluster labels of a dedicated namespace are set when it is created; a namespace
+        // the cache has not seen yet is looked up at the API server
+        let cached = ctx.namespaces.get(&ObjectRef::new(cluster_ns));
+        let Some(ns_obj) = (match cached {
+            Some(n) => Some((*n).clone()),
+            None => namespaces
+                .get_opt(cluster_ns)
+                .await
+                .map_err(err(format!("reading namespace {cluster_ns}")))?,
+        }) else {
             continue;
         };
         let ns_labels = ns_obj.labels().clone();
@@ -182,10 +246,17 @@ async fn populate(rt: &Runtime, sub: &Subscription) -> Result<Action, Subscripti
                     if !fins.iter().any(|f| f == known::APP_FINALIZER) {
                         fins.push(known::APP_FINALIZER.to_string());
                     }
+                    let before = b.resource_version();
                     let b = bases
                         .replace(&b.name_any(), &PostParams::default(), &updated)
                         .await
                         .map_err(err("updating a Base".into()))?;
+                    ctx.expectations.written(
+                        &bases_group(&uid),
+                        Some(cluster_ns),
+                        &b.name_any(),
+                        before,
+                    );
                     info!(subscription = %key, base = %format!("{cluster_ns}/{}", b.name_any()), "BaseUpdated");
                     b
                 } else {
@@ -217,12 +288,14 @@ async fn populate(rt: &Runtime, sub: &Subscription) -> Result<Action, Subscripti
                     .create(&PostParams::default(), &base)
                     .await
                     .map_err(err("creating a Base".into()))?;
+                ctx.expectations
+                    .written(&bases_group(&uid), Some(cluster_ns), &b.name_any(), None);
                 info!(subscription = %key, base = %format!("{cluster_ns}/{}", b.name_any()), "BaseCreated");
                 b
             }
         };
         kept.push((cluster_ns.to_string(), base.name_any()));
-        dividing_localizations(rt, sub, &base, index, inventory.as_ref()).await?;
+        dividing_localizations(ctx, sub, &base, index, inventory.as_ref()).await?;
     }
     for b in &existing {
         let here = (b.namespace().unwrap_or_default(), b.name_any());
@@ -230,6 +303,12 @@ async fn populate(rt: &Runtime, sub: &Subscription) -> Result<Action, Subscripti
             let bases: Api<Base> = Api::namespaced(rt.client.clone(), &here.0);
             match bases.delete(&here.1, &DeleteParams::background()).await {
                 Ok(_) => {
+                    ctx.expectations.deleted(
+                        &bases_group(&uid),
+                        Some(&here.0),
+                        &here.1,
+                        b.resource_version(),
+                    );
                     info!(subscription = %key, base = %format!("{}/{}", here.0, here.1), "deleted a Base of an unbound cluster")
                 }
                 Err(e) if api_code(&e) == Some(404) => {}
@@ -242,7 +321,7 @@ async fn populate(rt: &Runtime, sub: &Subscription) -> Result<Action, Subscripti
 
 /// deployer.md §3: the per-cluster replica count of each workload feed, as a Localization.
 async fn dividing_localizations(
-    rt: &Runtime,
+    ctx: &Ctx,
     sub: &Subscription,
     base: &Base,
     index: usize,
@@ -259,9 +338,25 @@ async fn dividing_localizations(
             source,
         }
     };
-    let api: Api<Localization> = Api::namespaced(rt.client.clone(), &ns);
-    let existing = api
-        .list(&ListParams::default().labels(&format!(
+    let api: Api<Localization> = Api::namespaced(ctx.rt.client.clone(), &ns);
+    let group = localizations_group(&sub_uid, &ns);
+    let existing = if ctx.expectations.settled(&group, &ctx.localizations) {
+        ctx.localizations
+            .state()
+            .iter()
+            .filter(|l| {
+                let labels = l.labels();
+                l.namespace().as_deref() == Some(ns.as_str())
+                    && labels.get(&sub_uid).map(String::as_str) == Some(known::SUBSCRIPTION_KIND)
+                    && labels
+                        .get(known::OBJECT_CREATED_BY_LABEL)
+                        .map(String::as_str)
+                        == Some(known::CLUSTERNET_CONTROLLER_MANAGER_NAME)
+            })
+            .map(|l| (**l).clone())
+            .collect()
+    } else {
+        api.list(&ListParams::default().labels(&format!(
             "{sub_uid}={},{}={}",
             known::SUBSCRIPTION_KIND,
             known::OBJECT_CREATED_BY_LABEL,
@@ -269,7 +364,8 @@ async fn dividing_localizations(
         )))
         .await
         .map_err(err("listing dividing Localizations"))?
-        .items;
+        .items
+    };
     let mut wanted: Vec<String> = Vec::new();
     if sub.spec.scheduling_strategy == Some(SchedulingStrategy::Dividing) {
         let Some(inv) = inventory else {
@@ -320,6 +416,12 @@ async fn dividing_localizations(
                     api.replace(&l.name_any(), &PostParams::default(), &updated)
                         .await
                         .map_err(err("updating a dividing Localization"))?;
+                    ctx.expectations.written(
+                        &group,
+                        Some(&ns),
+                        &l.name_any(),
+                        l.resource_version(),
+                    );
                     wanted.push(l.name_any());
                 }
                 None => {
@@ -341,6 +443,7 @@ async fn dividing_localizations(
                     api.create(&PostParams::default(), &loc)
                         .await
                         .map_err(err("creating a dividing Localization"))?;
+                    ctx.expectations.written(&group, Some(&ns), &name, None);
                     wanted.push(name);
                 }
             }
@@ -348,7 +451,10 @@ async fn dividing_localizations(
     }
     for l in existing.iter().filter(|l| !wanted.contains(&l.name_any())) {
         match api.delete(&l.name_any(), &DeleteParams::default()).await {
-            Ok(_) => {}
+            Ok(_) => {
+                ctx.expectations
+                    .deleted(&group, Some(&ns), &l.name_any(), l.resource_version())
+            }
             Err(e) if api_code(&e) == Some(404) => {}
             Err(e) => return Err(err("deleting a dividing Localization")(e)),
         }
@@ -357,22 +463,28 @@ async fn dividing_localizations(
 }
 
 /// Deleting a Subscription: its Bases go first (their Descriptions and child objects after them).
-async fn cleanup(rt: &Runtime, sub: &Subscription) -> Result<Action, SubscriptionError> {
+async fn cleanup(ctx: &Ctx, sub: &Subscription) -> Result<Action, SubscriptionError> {
+    let rt = &ctx.rt;
     let key = key(sub);
     let uid = sub.uid().unwrap_or_default();
-    let all: Api<Base> = Api::all(rt.client.clone());
-    let bases = all
-        .list(
-            &ListParams::default()
-                .labels(&format!("{}={uid}", known::CONFIG_SUBSCRIPTION_UID_LABEL)),
-        )
-        .await
-        .map_err(|source| SubscriptionError::Api {
-            sub: key.clone(),
-            what: "listing Bases".into(),
-            source,
-        })?
-        .items;
+    let list_err = |source| SubscriptionError::Api {
+        sub: key.clone(),
+        what: "listing Bases".into(),
+        source,
+    };
+    let mut bases = bases_of(ctx, &uid).await.map_err(list_err)?;
+    if bases.is_empty() {
+        // releasing the Subscription is final: "no Bases left" is confirmed at the API server
+        let all: Api<Base> = Api::all(rt.client.clone());
+        bases = all
+            .list(
+                &ListParams::default()
+                    .labels(&format!("{}={uid}", known::CONFIG_SUBSCRIPTION_UID_LABEL)),
+            )
+            .await
+            .map_err(list_err)?
+            .items;
+    }
     if bases.is_empty() {
         info!(subscription = %key, "all Bases gone: releasing the Subscription");
         return Ok(Action::await_change());
@@ -383,7 +495,12 @@ async fn cleanup(rt: &Runtime, sub: &Subscription) -> Result<Action, Subscriptio
     {
         let api: Api<Base> = Api::namespaced(rt.client.clone(), &b.namespace().unwrap_or_default());
         match api.delete(&b.name_any(), &DeleteParams::background()).await {
-            Ok(_) => {}
+            Ok(_) => ctx.expectations.deleted(
+                &bases_group(&uid),
+                b.namespace().as_deref(),
+                &b.name_any(),
+                b.resource_version(),
+            ),
             Err(e) if api_code(&e) == Some(404) => {}
             Err(source) => {
                 return Err(SubscriptionError::Api {

@@ -120,6 +120,29 @@ impl SharedCache {
     {
         let dt = K::DynamicType::default();
         let key = format!("{}/{}", K::api_version(&dt), K::kind(&dt));
+        self.watch_with(key, watcher::Config::default())
+    }
+
+    /// The shared cache of the `K`s called `name` in all namespaces (a field-selected watch, for
+    /// kinds too many or too big to cache whole, such as Secrets), started on first use.
+    pub fn watch_named<K>(&self, name: &str) -> Shared<K>
+    where
+        K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+    {
+        let dt = K::DynamicType::default();
+        let key = format!("{}/{}[name={name}]", K::api_version(&dt), K::kind(&dt));
+        self.watch_with(
+            key,
+            watcher::Config::default().fields(&format!("metadata.name={name}")),
+        )
+    }
+
+    fn watch_with<K>(&self, key: String, config: watcher::Config) -> Shared<K>
+    where
+        K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+    {
         let mut entries = match self.entries.lock() {
             Ok(e) => e,
             Err(poisoned) => poisoned.into_inner(),
@@ -133,7 +156,7 @@ impl SharedCache {
         let (store, writer) = reflector::store::<K>();
         let (changes, _) = tokio::sync::broadcast::channel(SUBSCRIBER_BUFFER);
         let api: Api<K> = Api::all(self.client.clone());
-        let stream = watcher(api, watcher::Config::default().any_semantic())
+        let stream = watcher(api, config.any_semantic())
             .default_backoff()
             .reflect(writer)
             .touched_objects();
@@ -178,5 +201,158 @@ impl SharedCache {
         };
         entries.insert(key, Box::new(shared.clone()));
         shared
+    }
+}
+
+/// How long a write may stay unseen by the cache before it is forgotten (the object may have
+/// come and gone between two watch events); until then readers fall back to the API server.
+const EXPECTATION_TTL: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Writes of this process the shared cache may not have seen yet, grouped by whatever a reconciler
+/// reads together (e.g. "the Bases of Subscription <uid>"). A reconciler that decides what to write
+/// from the cache asks [`Expectations::settled`] first and reads through the API server while a
+/// group still waits, so it never acts on a cache that misses its own last create (which would
+/// create a second object under a new random name) or its own last update or delete.
+#[derive(Default)]
+pub struct Expectations {
+    pending: Mutex<HashMap<String, Vec<Expected>>>,
+}
+
+struct Expected {
+    namespace: Option<String>,
+    name: String,
+    /// The resourceVersion the cache held before the write (None: created, so absent before).
+    before: Option<String>,
+    deleted: bool,
+    since: std::time::Instant,
+}
+
+impl Expectations {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<Expected>>> {
+        match self.pending.lock() {
+            Ok(p) => p,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// Records a create (`before` None) or an update (`before` the replaced resourceVersion).
+    pub fn written(
+        &self,
+        group: &str,
+        namespace: Option<&str>,
+        name: &str,
+        before: Option<String>,
+    ) {
+        self.push(group, namespace, name, before, false);
+    }
+
+    /// Records a delete of the object whose resourceVersion was `before`.
+    pub fn deleted(
+        &self,
+        group: &str,
+        namespace: Option<&str>,
+        name: &str,
+        before: Option<String>,
+    ) {
+        self.push(group, namespace, name, before, true);
+    }
+
+    fn push(
+        &self,
+        group: &str,
+        namespace: Option<&str>,
+        name: &str,
+        before: Option<String>,
+        deleted: bool,
+    ) {
+        let mut pending = self.lock();
+        // groups nobody asks about again (a deleted Subscription, say) must not pile up
+        pending.retain(|_, list| {
+            list.retain(|e| e.since.elapsed() <= EXPECTATION_TTL);
+            !list.is_empty()
+        });
+        pending
+            .entry(group.to_string())
+            .or_default()
+            .push(Expected {
+                namespace: namespace.map(str::to_string),
+                name: name.to_string(),
+                before,
+                deleted,
+                since: std::time::Instant::now(),
+            });
+    }
+
+    /// True when `store` reflects every write recorded for `group` (forgetting those it does).
+    pub fn settled<K>(&self, group: &str, store: &Store<K>) -> bool
+    where
+        K: Resource + Clone + 'static,
+        K::DynamicType: Default + Eq + Hash + Clone,
+    {
+        let mut pending = self.lock();
+        let Some(list) = pending.get_mut(group) else {
+            return true;
+        };
+        list.retain(|e| {
+            if e.since.elapsed() > EXPECTATION_TTL {
+                return false;
+            }
+            let mut key = reflector::ObjectRef::<K>::new(&e.name);
+            if let Some(ns) = &e.namespace {
+                key = key.within(ns);
+            }
+            let seen = match store.get(&key) {
+                None => e.deleted,
+                Some(obj) => {
+                    let rv = obj.meta().resource_version.clone();
+                    e.before.is_some() && rv != e.before || e.before.is_none() && !e.deleted
+                }
+            };
+            !seen
+        });
+        let done = list.is_empty();
+        if done {
+            pending.remove(group);
+        }
+        done
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::ObjectMeta;
+
+    fn cm(name: &str, rv: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                resource_version: Some(rv.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn expectations_wait_for_the_cache_to_see_creates_updates_and_deletes() {
+        let (store, mut writer) = reflector::store::<ConfigMap>();
+        let e = Expectations::default();
+        assert!(e.settled("g", &store));
+        e.written("g", Some("ns"), "a", None);
+        assert!(!e.settled("g", &store));
+        writer.apply_watcher_event(&watcher::Event::Apply(cm("a", "1")));
+        assert!(e.settled("g", &store));
+        e.written("g", Some("ns"), "a", Some("1".into()));
+        assert!(!e.settled("g", &store));
+        writer.apply_watcher_event(&watcher::Event::Apply(cm("a", "2")));
+        assert!(e.settled("g", &store));
+        e.deleted("g", Some("ns"), "a", Some("2".into()));
+        assert!(!e.settled("g", &store));
+        assert!(e.settled("other", &store));
+        writer.apply_watcher_event(&watcher::Event::Delete(cm("a", "2")));
+        assert!(e.settled("g", &store));
     }
 }
