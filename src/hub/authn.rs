@@ -178,25 +178,11 @@ pub fn is_identity_header(name: &str, cfg: Option<&RequestHeaderConfig>) -> bool
     })
 }
 
-/// Extra keys travel URL-escaped in header names (`%2F` for `/`).
+/// Extra keys travel URL-escaped in header names (`%2F` for `/`), like Go's `url.PathUnescape`.
 fn unescape(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    let hex = |b: u8| (b as char).to_digit(16);
-    while i < bytes.len() {
-        if bytes[i] == b'%'
-            && i + 2 < bytes.len()
-            && let (Some(hi), Some(lo)) = (hex(bytes[i + 1]), hex(bytes[i + 2]))
-        {
-            out.push((hi * 16 + lo) as u8);
-            i += 3;
-            continue;
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 /// The subject common name of a DER certificate. A tiny DER walk instead of an X.509 crate: the

@@ -25,14 +25,3 @@ where
 {
     body.map_err(Into::into).boxed_unsync()
 }
-
-/// A JSON response with the given status code.
-pub fn json_response(code: http::StatusCode, value: &serde_json::Value) -> http::Response<HubBody> {
-    let mut resp = http::Response::new(full(serde_json::to_vec(value).unwrap_or_default()));
-    *resp.status_mut() = code;
-    resp.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("application/json"),
-    );
-    resp
-}

@@ -160,16 +160,15 @@ fn reply_error(e: ApiError) -> warp::reply::Response {
 /// Discovery and OpenAPI documents describe the API, not data: every authenticated caller may
 /// read them (the parent grants the same to `system:authenticated` through `system:discovery`,
 /// and its aggregator fetches them with an identity that has no groups).
-async fn discovery_reply(
-    hub: Arc<Hub>,
-    _caller: Caller,
-    _path: warp::path::FullPath,
+/// (Every request reaching warp was authenticated before.)
+fn discovery_reply(
+    hub: &Hub,
     doc: impl FnOnce(&Hub) -> Result<Value, ApiError>,
-) -> Result<warp::reply::Response, Infallible> {
-    Ok(match doc(&hub) {
+) -> warp::reply::Response {
+    match doc(hub) {
         Ok(v) => reply(StatusCode::OK, &v),
         Err(e) => reply_error(e),
-    })
+    }
 }
 
 fn routes(hub: Arc<Hub>) -> Routes {
@@ -177,26 +176,19 @@ fn routes(hub: Arc<Hub>) -> Routes {
         let hub = hub.clone();
         warp::any().map(move || hub.clone())
     };
-    let ctx = with_hub
-        .clone()
-        .and(warp::ext::get::<Caller>())
-        .and(warp::path::full());
     let get = || warp::get().or(warp::head()).unify();
 
-    let apis =
-        warp::path!("apis")
-            .and(get())
-            .and(ctx.clone())
-            .and_then(|hub: Arc<Hub>, c: Caller, p| {
-                discovery_reply(hub, c, p, |h| {
-                    Ok(discovery::api_group_list(h.shadow.is_some()))
-                })
-            });
+    let apis = warp::path!("apis")
+        .and(get())
+        .and(with_hub.clone())
+        .map(|hub: Arc<Hub>| {
+            discovery_reply(&hub, |h| Ok(discovery::api_group_list(h.shadow.is_some())))
+        });
     let proxies_group = warp::path!("apis" / "proxies.clusternet.io")
         .and(get())
-        .and(ctx.clone())
-        .and_then(|hub, c, p| {
-            discovery_reply(hub, c, p, |_| {
+        .and(with_hub.clone())
+        .map(|hub: Arc<Hub>| {
+            discovery_reply(&hub, |_| {
                 Ok(discovery::api_group(
                     crate::apis::proxies::GROUP,
                     crate::apis::proxies::VERSION,
@@ -205,13 +197,13 @@ fn routes(hub: Arc<Hub>) -> Routes {
         });
     let proxies_version = warp::path!("apis" / "proxies.clusternet.io" / "v1alpha1")
         .and(get())
-        .and(ctx.clone())
-        .and_then(|hub, c, p| discovery_reply(hub, c, p, |_| Ok(discovery::proxies_resources())));
+        .and(with_hub.clone())
+        .map(|hub: Arc<Hub>| discovery_reply(&hub, |_| Ok(discovery::proxies_resources())));
     let shadow_group = warp::path!("apis" / "shadow")
         .and(get())
-        .and(ctx.clone())
-        .and_then(|hub, c, p| {
-            discovery_reply(hub, c, p, |h: &Hub| match &h.shadow {
+        .and(with_hub.clone())
+        .map(|hub: Arc<Hub>| {
+            discovery_reply(&hub, |h: &Hub| match &h.shadow {
                 Some(_) => Ok(discovery::api_group(
                     discovery::SHADOW_GROUP,
                     discovery::SHADOW_VERSION,
@@ -221,30 +213,30 @@ fn routes(hub: Arc<Hub>) -> Routes {
         });
     let shadow_version = warp::path!("apis" / "shadow" / "v1alpha1")
         .and(get())
-        .and(ctx.clone())
-        .and_then(|hub, c, p| {
-            discovery_reply(hub, c, p, |h: &Hub| match &h.shadow {
+        .and(with_hub.clone())
+        .map(|hub: Arc<Hub>| {
+            discovery_reply(&hub, |h: &Hub| match &h.shadow {
                 Some(s) => s.discovery(),
                 None => Err(ApiError::not_found_path("/apis/shadow/v1alpha1")),
             })
         });
     let openapi_v2 = warp::path!("openapi" / "v2")
         .and(get())
-        .and(ctx.clone())
-        .and_then(|hub, c, p| discovery_reply(hub, c, p, |_| Ok(discovery::openapi_v2())));
+        .and(with_hub.clone())
+        .map(|hub: Arc<Hub>| discovery_reply(&hub, |_| Ok(discovery::openapi_v2())));
     let openapi_v3 = warp::path!("openapi" / "v3")
         .and(get())
-        .and(ctx.clone())
-        .and_then(|hub, c, p| {
-            discovery_reply(hub, c, p, |h: &Hub| {
+        .and(with_hub.clone())
+        .map(|hub: Arc<Hub>| {
+            discovery_reply(&hub, |h: &Hub| {
                 Ok(discovery::openapi_v3_index(h.shadow.is_some()))
             })
         });
     let openapi_v3_gv = warp::path!("openapi" / "v3" / "apis" / String / String)
         .and(get())
-        .and(ctx.clone())
-        .and_then(|group: String, version: String, hub, c, p| {
-            discovery_reply(hub, c, p, move |h: &Hub| {
+        .and(with_hub.clone())
+        .map(|group: String, version: String, hub: Arc<Hub>| {
+            discovery_reply(&hub, move |h: &Hub| {
                 match (group.as_str(), version.as_str()) {
                     (crate::apis::proxies::GROUP, crate::apis::proxies::VERSION) => {
                         Ok(discovery::openapi_v3_proxies())

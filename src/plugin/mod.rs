@@ -199,7 +199,7 @@ async fn parent_mode(
         .await
         .map_err(PluginError::Listen)?;
     let port = listener.local_addr().map_err(PluginError::Listen)?.port();
-    let token = session_token().map_err(PluginError::Listen)?;
+    let token = session_token();
     tokio::spawn(proxy::serve(
         listener,
         Arc::new(proxy::Proxy::new(client, token.clone())),
@@ -251,12 +251,11 @@ fn flag_with_path(flag: &str, path: &Path) -> OsString {
     arg
 }
 
-/// 32 random bytes from the kernel, hex encoded.
-fn session_token() -> std::io::Result<String> {
-    use std::io::Read;
-    let mut bytes = [0u8; 32];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+/// 32 random bytes, hex encoded.
+fn session_token() -> String {
+    // rand's thread RNG is a CSPRNG seeded from the OS
+    let bytes: [u8; 32] = rand::random();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Runs kubectl with inherited stdio and returns its exit code. The terminal sends Ctrl-C to
@@ -377,8 +376,8 @@ mod tests {
 
     #[test]
     fn session_tokens_are_random_hex() {
-        let a = session_token().expect("urandom");
-        let b = session_token().expect("urandom");
+        let a = session_token();
+        let b = session_token();
         assert_eq!(a.len(), 64);
         assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
         assert_ne!(a, b);

@@ -286,35 +286,10 @@ pub fn is_watch(tail: &str, query: Option<&str>) -> bool {
 /// Parses a query string into its first value per key (keys may repeat; Kubernetes uses the first).
 pub fn query_map(query: &str) -> BTreeMap<String, String> {
     let mut m = BTreeMap::new();
-    for kv in query.split('&').filter(|s| !s.is_empty()) {
-        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-        m.entry(percent_decode(k))
-            .or_insert_with(|| percent_decode(v));
+    for (k, v) in form_urlencoded::parse(query.as_bytes()) {
+        m.entry(k.into_owned()).or_insert_with(|| v.into_owned());
     }
     m
-}
-
-pub fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let hex = |b: u8| (b as char).to_digit(16);
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < bytes.len() => match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                (Some(h), Some(l)) => {
-                    out.push((h * 16 + l) as u8);
-                    i += 3;
-                    continue;
-                }
-                _ => out.push(b'%'),
-            },
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn shadow_attrs(method: &Method, target: &Target, watch: bool) -> Attributes {
