@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use clusternet::apis::{Base, Description, Globalization, Localization, Manifest, Subscription};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Namespace;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -43,30 +42,7 @@ async fn deployment_replicas(child: &kube::Client, ns: &str) -> Result<(i32, i32
 
 async fn wait_gone(parent: &kube::Client, clusters: &[Cluster], appns: &str, sub_uid: &str) {
     for c in clusters {
-        wait_for(
-            "the app to be removed from the child",
-            Duration::from_secs(60),
-            || async {
-                let d = Api::<Deployment>::namespaced(c.child.clone(), appns)
-                    .get_opt("web")
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let ns = Api::<Namespace>::all(c.child.clone())
-                    .get_opt(appns)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let ns_gone = ns.is_none_or(|n| n.metadata.deletion_timestamp.is_some());
-                if d.is_none() && ns_gone {
-                    Ok(())
-                } else {
-                    Err(format!(
-                        "deployment present: {}, namespace gone: {ns_gone}",
-                        d.is_some()
-                    ))
-                }
-            },
-        )
-        .await;
+        support::wait_app_removed(&c.child, appns).await;
     }
     let sel = ListParams::default().labels(&format!("apps.clusternet.io/subs.uid={sub_uid}"));
     wait_for(

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use clusternet::apis::{Description, ManagedCluster, Manifest, Subscription};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -190,31 +190,7 @@ async fn push_goes_through_the_socket_proxy_when_the_child_is_not_directly_reach
     subs.delete("pushed", &DeleteParams::default())
         .await
         .expect("deleting the Subscription");
-    let namespaces: Api<Namespace> = Api::all(c.child.clone());
-    wait_for(
-        "the app removed from the child",
-        Duration::from_secs(60),
-        || async {
-            let d = deployments
-                .get_opt("web")
-                .await
-                .map_err(|e| e.to_string())?;
-            let ns = namespaces
-                .get_opt(&appns)
-                .await
-                .map_err(|e| e.to_string())?;
-            let ns_gone = ns.is_none_or(|n| n.metadata.deletion_timestamp.is_some());
-            if d.is_none() && ns_gone {
-                Ok(())
-            } else {
-                Err(format!(
-                    "deployment present: {}, namespace gone: {ns_gone}",
-                    d.is_some()
-                ))
-            }
-        },
-    )
-    .await;
+    support::wait_app_removed(&c.child, &appns).await;
     let descriptions: Api<Description> = Api::namespaced(parent.clone(), &c.dedicated);
     let sel = ListParams::default().labels(&format!("apps.clusternet.io/subs.uid={sub_uid}"));
     wait_for("no Description left", Duration::from_secs(30), || async {
@@ -241,18 +217,7 @@ async fn dynamic_dividing_asks_predictors_through_the_tunnel() {
     let parent = env.parent().await;
     let id = uid();
     // child1's nodes are mostly full: 6 of 8 CPUs requested on each node by ballast pods
-    let child1 = env.child(1).await;
-    let ballast = TestNamespace::create(&child1, &env.child_kubeconfig(1), "ballast").await;
-    for n in 0..2 {
-        let pod: Pod = serde_json::from_value(json!({"metadata": {"name": format!("ballast-{n}")},
-            "spec": {"nodeName": format!("child1-node-{n}"), "containers": [{"name": "c", "image": "pause",
-                "resources": {"requests": {"cpu": "6"}}}]}}))
-        .expect("a Pod");
-        Api::<Pod>::namespaced(child1.clone(), &ballast.name)
-            .create(&PostParams::default(), &pod)
-            .await
-            .expect("ballast pod");
-    }
+    let _ballast = support::fill_child1(env).await;
     // no --predictor-direct-access: the predictors listen on the agents' loopback only
     let mut clusters = Vec::new();
     let mut ports = Vec::new();

@@ -6,7 +6,6 @@ mod support;
 use std::time::Duration;
 
 use clusternet::apis::{ManagedCluster, Manifest, Subscription};
-use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -196,18 +195,7 @@ async fn dynamic_dividing_follows_the_childrens_free_capacity() {
     let parent = env.parent().await;
     let id = uid();
     // child1's nodes are mostly full: 6 of 8 CPUs requested on each node by ballast pods
-    let child1 = env.child(1).await;
-    let ballast = TestNamespace::create(&child1, &env.child_kubeconfig(1), "ballast").await;
-    for n in 0..2 {
-        let pod: Pod = serde_json::from_value(json!({"metadata": {"name": format!("ballast-{n}")},
-            "spec": {"nodeName": format!("child1-node-{n}"), "containers": [{"name": "c", "image": "pause",
-                "resources": {"requests": {"cpu": "6"}}}]}}))
-        .expect("a Pod");
-        Api::<Pod>::namespaced(child1.clone(), &ballast.name)
-            .create(&PostParams::default(), &pod)
-            .await
-            .expect("ballast pod");
-    }
+    let _ballast = support::fill_child1(env).await;
     let mut clusters = Vec::new();
     for (i, child) in [1usize, 3].iter().enumerate() {
         let port = support::free_port().to_string();

@@ -839,3 +839,51 @@ pub async fn create_manifests(parent: &kube::Client, objects: &[serde_json::Valu
     }
     names
 }
+
+/// Fills child 1's two fake nodes to 6 of their 8 CPUs with pods bound straight to them, so that
+/// capacity predictors see it nearly full. The pods live as long as the returned namespace.
+pub async fn fill_child1(env: &TestEnv) -> TestNamespace {
+    use k8s_openapi::api::core::v1::Pod;
+    let child1 = env.child(1).await;
+    let ballast = TestNamespace::create(&child1, &env.child_kubeconfig(1), "ballast").await;
+    for n in 0..2 {
+        let pod: Pod = serde_json::from_value(json!({"metadata": {"name": format!("ballast-{n}")},
+            "spec": {"nodeName": format!("child1-node-{n}"), "containers": [{"name": "c", "image": "pause",
+                "resources": {"requests": {"cpu": "6"}}}]}}))
+        .expect("a Pod");
+        Api::<Pod>::namespaced(child1.clone(), &ballast.name)
+            .create(&PostParams::default(), &pod)
+            .await
+            .expect("ballast pod");
+    }
+    ballast
+}
+
+/// Waits until Deployment `web` in `appns` is gone from `child` and `appns` is gone or going.
+pub async fn wait_app_removed(child: &kube::Client, appns: &str) {
+    use k8s_openapi::api::apps::v1::Deployment;
+    wait_for(
+        "the app to be removed from the child",
+        Duration::from_secs(60),
+        || async {
+            let d = Api::<Deployment>::namespaced(child.clone(), appns)
+                .get_opt("web")
+                .await
+                .map_err(|e| e.to_string())?;
+            let ns = Api::<Namespace>::all(child.clone())
+                .get_opt(appns)
+                .await
+                .map_err(|e| e.to_string())?;
+            let ns_gone = ns.is_none_or(|n| n.metadata.deletion_timestamp.is_some());
+            if d.is_none() && ns_gone {
+                Ok(())
+            } else {
+                Err(format!(
+                    "deployment present: {}, namespace gone: {ns_gone}",
+                    d.is_some()
+                ))
+            }
+        },
+    )
+    .await;
+}
