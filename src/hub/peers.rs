@@ -459,18 +459,7 @@ mod tests {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
         let wait = Duration::from_secs(10);
-        let echo = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let echo_addr = echo.local_addr().expect("addr").to_string();
-        tokio::spawn(async move {
-            while let Ok((socket, _)) = echo.accept().await {
-                tokio::spawn(async move {
-                    let (mut r, mut w) = socket.into_split();
-                    let _ = tokio::io::copy(&mut r, &mut w).await;
-                });
-            }
-        });
+        let echo_addr = crate::tunnel::testing::echo_server().await;
 
         let hub_a = Arc::new(SessionRegistry::new());
         let (hub_io, agent_io) = tokio::io::duplex(64 * 1024);

@@ -395,14 +395,7 @@ COelBZOT67VU1Eqv9slMKR1WQTehRANCAAQwptcAQHpqXDMt6v/5IfAqKn/f3wau
         assert_eq!(registry.connected(), vec!["c1".to_owned()]);
 
         // The hub can reach agent-side targets through the tunnel.
-        let echo = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let echo_addr = echo.local_addr().expect("addr").to_string();
-        tokio::spawn(async move {
-            if let Ok((socket, _)) = echo.accept().await {
-                let (mut r, mut w) = socket.into_split();
-                let _ = tokio::io::copy(&mut r, &mut w).await;
-            }
-        });
+        let echo_addr = crate::tunnel::testing::echo_server().await;
         let mut stream = first.dial("tcp", &echo_addr).await.expect("dial");
         stream.write_all(b"abc").await.expect("write");
         let mut buf = [0u8; 3];

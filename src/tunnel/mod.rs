@@ -73,3 +73,24 @@ impl From<tungstenite::Error> for TunnelError {
         Self::WebSocket(Box::new(err))
     }
 }
+
+/// Test helpers shared by the tunnel's and the hub's tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    /// A TCP echo server on loopback; returns its address.
+    pub(crate) async fn echo_server() -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let (mut r, mut w) = socket.into_split();
+                    let _ = tokio::io::copy(&mut r, &mut w).await;
+                });
+            }
+        });
+        addr
+    }
+}

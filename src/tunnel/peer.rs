@@ -345,25 +345,10 @@ pub async fn run_peer_client(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tunnel::testing::echo_server;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     const WAIT: Duration = Duration::from_secs(10);
-
-    async fn echo_server() -> String {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr").to_string();
-        tokio::spawn(async move {
-            while let Ok((socket, _)) = listener.accept().await {
-                tokio::spawn(async move {
-                    let (mut r, mut w) = socket.into_split();
-                    let _ = tokio::io::copy(&mut r, &mut w).await;
-                });
-            }
-        });
-        addr
-    }
 
     /// An agent for `cluster` whose tunnel lands on `hub`.
     async fn agent(hub: &Arc<SessionRegistry>, cluster: &'static str) -> SessionHandle {

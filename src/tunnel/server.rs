@@ -295,18 +295,7 @@ mod tests {
 
     #[tokio::test]
     async fn registry_tracks_sessions_and_dials_through_them() {
-        let echo = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let echo_addr = echo.local_addr().expect("addr").to_string();
-        tokio::spawn(async move {
-            while let Ok((socket, _)) = echo.accept().await {
-                tokio::spawn(async move {
-                    let (mut r, mut w) = socket.into_split();
-                    let _ = tokio::io::copy(&mut r, &mut w).await;
-                });
-            }
-        });
+        let echo_addr = crate::tunnel::testing::echo_server().await;
 
         let registry = Arc::new(SessionRegistry::new());
         let mut agents = Vec::new();

@@ -968,6 +968,7 @@ impl Drop for TunnelStream {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tunnel::testing::echo_server;
     use async_tungstenite::tokio::TokioAdapter;
     use async_tungstenite::tungstenite::protocol::Role;
     use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
@@ -1009,20 +1010,6 @@ mod tests {
         };
         let session = Session::spawn_with(ws(a, Role::Server).await, options);
         (session, ws(b, peer_role).await)
-    }
-
-    async fn echo_server() -> String {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr").to_string();
-        tokio::spawn(async move {
-            while let Ok((socket, _)) = listener.accept().await {
-                tokio::spawn(async move {
-                    let (mut r, mut w) = socket.into_split();
-                    let _ = tokio::io::copy(&mut r, &mut w).await;
-                });
-            }
-        });
-        addr
     }
 
     async fn next_tunnel_message(
