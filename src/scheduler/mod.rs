@@ -62,4 +62,4 @@ pub use config::{ConfigError, Profiles, SchedulerConfiguration};
 pub use framework::{
     BindOutcome, CycleState, Framework, PermitOutcome, PluginFailure, Registry, TargetClusters,
 };
-pub use plugins::{PredictorClient, PredictorEndpoint, predictor_endpoint};
+pub use plugins::PredictorClient;

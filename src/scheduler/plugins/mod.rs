@@ -14,7 +14,7 @@ pub use assigner::{
     static_weights,
 };
 pub use default_binder::DefaultBinder;
-pub use predictor::{Predictor, PredictorClient, PredictorEndpoint, predictor_endpoint};
+pub use predictor::{Predictor, PredictorClient};
 pub use taint_toleration::{TaintToleration, find_untolerated_taint, tolerates};
 
 use super::framework::{Plugin, Registry};

@@ -6,7 +6,8 @@
 //! to ask for) and leaves the HTTP call to a [`PredictorClient`], which the I/O shell implements
 //! (`POST <endpoint>/replicas/predict` with the requirements as JSON, headers `Content-Type:
 //! application/json` and `Cluster-ID`, 20 s timeout, the value under `replicas.default` of the
-//! response, missing -> 0). [`predictor_endpoint`] computes where to send it.
+//! response, missing -> 0). `scheduler::predictor_client::predictor_base` decides where to send
+//! it (directly, or through the hub's socket proxy and the agent's tunnel).
 
 use std::sync::Arc;
 
@@ -27,51 +28,6 @@ pub trait PredictorClient: Send + Sync {
         cluster: &'a ManagedCluster,
         requirements: &'a ReplicaRequirements,
     ) -> BoxFuture<'a, Result<i32, String>>;
-}
-
-/// Where a cluster's predictor is reached.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum PredictorEndpoint {
-    /// `status.predictorAddress` as is; TLS verification is off (Go's `InsecureSkipVerify`).
-    Direct(String),
-    /// Through the parent API server's socket proxy, with the scheduler's own credentials:
-    /// `<host>/apis/proxies.clusternet.io/v1alpha1/sockets/<clusterID>/proxy/<http|https>/<addr>`.
-    Proxied(String),
-}
-
-impl PredictorEndpoint {
-    /// The base URL (append `/replicas/predict`).
-    pub fn base_url(&self) -> &str {
-        match self {
-            PredictorEndpoint::Direct(u) | PredictorEndpoint::Proxied(u) => u,
-        }
-    }
-}
-
-/// The endpoint of `cluster`'s predictor; `apiserver_host` is the scheduler kubeconfig's server
-/// URL. Errors when the predictor can only be reached through a tunnel the cluster does not have.
-pub fn predictor_endpoint(
-    cluster: &ManagedCluster,
-    apiserver_host: &str,
-) -> Result<PredictorEndpoint, String> {
-    let status = cluster.status.clone().unwrap_or_default();
-    if status.predictor_direct_access {
-        return Ok(PredictorEndpoint::Direct(status.predictor_address));
-    }
-    if !status.use_socket {
-        return Err(socket_error(cluster));
-    }
-    // Go replaces the first occurrence of each scheme, wherever it is.
-    let address = status
-        .predictor_address
-        .replacen("http://", "http/", 1)
-        .replacen("https://", "https/", 1);
-    Ok(PredictorEndpoint::Proxied(format!(
-        "{}/apis/proxies.clusternet.io/v1alpha1/sockets/{}/proxy/{}",
-        apiserver_host.trim_end_matches('/'),
-        cluster.spec.cluster_id,
-        address
-    )))
 }
 
 fn socket_error(cluster: &ManagedCluster) -> String {
@@ -156,38 +112,6 @@ mod tests {
         c.spec.cluster_id = "dc91021d-2361-4f6d-a404-7c33b9e01118".into();
         c.status = Some(status);
         c
-    }
-
-    #[test]
-    fn endpoints() {
-        let direct = cluster(ManagedClusterStatus {
-            predictor_enabled: true,
-            predictor_direct_access: true,
-            predictor_address: "https://10.0.0.1:8080".into(),
-            ..Default::default()
-        });
-        assert_eq!(
-            predictor_endpoint(&direct, "https://parent:6443/"),
-            Ok(PredictorEndpoint::Direct("https://10.0.0.1:8080".into()))
-        );
-        let tunnel = cluster(ManagedClusterStatus {
-            predictor_enabled: true,
-            use_socket: true,
-            predictor_address: "http://localhost:8080".into(),
-            ..Default::default()
-        });
-        assert_eq!(
-            predictor_endpoint(&tunnel, "https://parent:6443/").map(|e| e.base_url().to_owned()),
-            Ok("https://parent:6443/apis/proxies.clusternet.io/v1alpha1/sockets/dc91021d-2361-4f6d-a404-7c33b9e01118/proxy/http/localhost:8080".into())
-        );
-        let neither = cluster(ManagedClusterStatus {
-            predictor_enabled: true,
-            ..Default::default()
-        });
-        assert_eq!(
-            predictor_endpoint(&neither, "h"),
-            Err("cluster dc91021d-2361-4f6d-a404-7c33b9e01118 does not enable feature gate SocketConnection".into())
-        );
     }
 
     #[tokio::test]
