@@ -33,8 +33,6 @@ use super::status::ApiError;
 /// Kubernetes' own limit on request bodies (3 MiB).
 pub const MAX_REQUEST_BODY: usize = 3 * 1024 * 1024;
 
-const SOCKETS_PREFIX: &str = "/apis/proxies.clusternet.io/v1alpha1/sockets/";
-
 /// What the TLS handshake told us about the caller.
 #[derive(Clone, Debug)]
 pub struct ConnInfo {
@@ -116,7 +114,7 @@ async fn route(
         Ok(u) => u,
         Err(e) => return e.into_response(),
     };
-    if let Some(rest) = path.strip_prefix(SOCKETS_PREFIX) {
+    if let Some(rest) = path.strip_prefix(crate::tunnel::server::SOCKETS_PATH_PREFIX) {
         let rest = rest.to_string();
         return super::proxies::handle(hub, &user, req, &rest).await;
     }

@@ -21,9 +21,6 @@ use super::session::{
     BoxedIo, DIAL_TIMEOUT, Dialer, Session, SessionHandle, SessionOptions, SessionRole, tcp_dialer,
 };
 
-/// Path of the sockets subresource below the parent URL's own path.
-const SOCKETS_PATH: &str = "/apis/proxies.clusternet.io/v1alpha1/sockets/";
-
 /// Where and as whom the agent connects.
 #[derive(Clone)]
 pub struct ClientConfig {
@@ -88,7 +85,10 @@ pub fn socket_url(parent_url: &str, cluster_id: &str) -> String {
         None => (rest, ""),
     };
     let path = path.trim_end_matches('/');
-    format!("{ws_scheme}://{authority}{path}{SOCKETS_PATH}{cluster_id}")
+    format!(
+        "{ws_scheme}://{authority}{path}{}{cluster_id}",
+        super::server::SOCKETS_PATH_PREFIX
+    )
 }
 
 /// Keeps the tunnel up until `cancel` fires, publishing whether a session is live on `connected`.
