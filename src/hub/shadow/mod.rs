@@ -58,6 +58,9 @@ pub struct ShadowApi {
     pub(crate) rt: Runtime,
     /// Built-in resources, discovered once (`None` until discovery finished).
     builtins: RwLock<Option<Vec<ShadowResource>>>,
+    /// Built-ins plus CRD resources, rebuilt only when the CRDs change (every request resolves
+    /// its path against this).
+    served: Mutex<Option<(u64, Arc<Vec<ShadowResource>>)>>,
     pub(crate) crds: Shared<CustomResourceDefinition>,
     /// Patch metadata of the parent's OpenAPI v3 documents per group-version, for strategic
     /// merge patches.
@@ -72,6 +75,7 @@ impl ShadowApi {
         let api = Arc::new(ShadowApi {
             rt: rt.clone(),
             builtins: RwLock::new(None),
+            served: Mutex::new(None),
             crds,
             openapi: Mutex::new(HashMap::new()),
         });
@@ -185,7 +189,31 @@ impl ShadowApi {
     }
 
     /// Every resource served right now: built-ins plus the CRDs the cache holds.
-    pub fn resources(&self) -> Result<Vec<ShadowResource>, ApiError> {
+    pub fn resources(&self) -> Result<Arc<Vec<ShadowResource>>, ApiError> {
+        let crds = self.crds.store.state();
+        // the CRDs' uids and resource versions say whether the last table still holds
+        let mut versions: Vec<(&str, &str)> = crds
+            .iter()
+            .map(|c| {
+                (
+                    c.metadata.uid.as_deref().unwrap_or_default(),
+                    c.metadata.resource_version.as_deref().unwrap_or_default(),
+                )
+            })
+            .collect();
+        versions.sort_unstable();
+        let fingerprint = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            versions.hash(&mut h);
+            h.finish()
+        };
+        if let Ok(served) = self.served.lock()
+            && let Some((f, table)) = served.as_ref()
+            && *f == fingerprint
+        {
+            return Ok(table.clone());
+        }
         let builtins = self
             .builtins
             .read()
@@ -197,7 +225,7 @@ impl ShadowApi {
         let mut all = builtins;
         // built-ins win name clashes: their APIServices outrank the 1000 of CRD groups
         let taken: BTreeSet<String> = all.iter().map(|r| r.resource().to_string()).collect();
-        for crd in self.crds.store.state() {
+        for crd in &crds {
             let Ok(v) = serde_json::to_value(crd.as_ref()) else {
                 continue;
             };
@@ -207,7 +235,11 @@ impl ShadowApi {
                 all.push(r);
             }
         }
-        Ok(all)
+        let table = Arc::new(all);
+        if let Ok(mut served) = self.served.lock() {
+            *served = Some((fingerprint, table.clone()));
+        }
+        Ok(table)
     }
 
     pub fn discovery(&self) -> Result<Value, ApiError> {
