@@ -21,7 +21,6 @@ export GOTOOLCHAIN=local GOFLAGS=-buildvcs=false CGO_ENABLED=0
 mkdir -p "$OUT" "$BUILD"
 
 log() { printf '[k8s-bin %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-have() { [ -x "$OUT/$1" ] && "$OUT/$1" "${@:2}" 2>/dev/null | grep -q "$VERSION_WANT"; }
 
 build_kube() {
   local w=$BUILD/kube-v$KUBE_VERSION minor now ld modfile staging gd p
@@ -73,13 +72,23 @@ build_helm() {
     "helm.sh/helm/v3/cmd/helm@v$HELM_VERSION"
 }
 
+# Whether binary $1, run with the remaining arguments, prints $2. The output is captured before
+# grep reads it: `cmd | grep -q` under pipefail fails whenever grep exits early and cmd then dies
+# of SIGPIPE (kubectl's two-line version output did that now and then).
+reports() {
+  local bin=$1 want=$2 out; shift 2
+  [ -x "$bin" ] || return 1
+  out=$("$bin" "$@" 2>/dev/null) || true
+  grep -q -- "$want" <<<"$out"
+}
+
 step() { # name version-check-cmd... ; builds when the check fails
   local name=$1 want=$2; shift 2
-  if [ -x "$OUT/$name" ] && "$OUT/$name" "$@" 2>/dev/null | grep -q -- "$want"; then
+  if reports "$OUT/$name" "$want" "$@"; then
     log "$name ok ($want)"; return 0; fi
   log "building $name ($want)..."; local t0=$SECONDS
   ( "build_$BUILDER" ) || { log "FAILED to build $name"; return 1; }
-  "$OUT/$name" "$@" 2>/dev/null | grep -q -- "$want" || { log "$name built but does not report $want"; return 1; }
+  reports "$OUT/$name" "$want" "$@" || { log "$name built but does not report $want"; return 1; }
   log "$name built in $((SECONDS - t0))s"
 }
 
