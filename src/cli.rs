@@ -17,7 +17,9 @@ use crate::config::Role;
     long_about = "Clusternet multi-cluster manager: hub, scheduler, controller and agent in one binary.\n\n\
         Run with --role=hub,scheduler,controller on the parent cluster and --role=agent in each child.\n\
         Roles: hub, scheduler, controller (alias controller-manager), agent.",
-    args_conflicts_with_subcommands = true
+    args_conflicts_with_subcommands = true,
+    // as Go's flag packages: a flag given twice takes the last value
+    args_override_self = true
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -207,6 +209,16 @@ pub struct RunFlags {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cluster_status_collect_frequency: Option<String>,
+    /// Agent: how long the child's health probes must keep failing (over at least three rounds)
+    /// before the cluster is reported not ready, e.g. 40s
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster_health_failure_window: Option<String>,
+    /// Controller: how long a cluster that was not ready must be Ready again, and still unbound,
+    /// before its Bases (and its objects) are removed, e.g. 60s
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster_recovery_grace: Option<String>,
     /// Agent: node label share above which a label is aggregated onto the cluster
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]

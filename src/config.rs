@@ -137,6 +137,14 @@ pub struct Config {
     pub cluster_status_update_frequency: Duration,
     #[serde(with = "go_duration")]
     pub cluster_status_collect_frequency: Duration,
+    /// How long the child's health probes must keep failing before the agent reports the cluster
+    /// not ready (a short stall of the child's storage must not look like a lost cluster).
+    #[serde(with = "go_duration")]
+    pub cluster_health_failure_window: Duration,
+    /// Controller: a cluster that was not ready and is unbound keeps its Bases (and so every object
+    /// running there) until it has been Ready again for this long and is still not bound.
+    #[serde(with = "go_duration")]
+    pub cluster_recovery_grace: Duration,
     pub labels_aggregate_threshold: f64,
     pub predictor_port: u16,
     pub predictor_addr: Option<String>,
@@ -190,6 +198,8 @@ impl Default for Config {
             cluster_labels: None,
             cluster_status_update_frequency: Duration::from_secs(180),
             cluster_status_collect_frequency: Duration::from_secs(20),
+            cluster_health_failure_window: Duration::from_secs(40),
+            cluster_recovery_grace: Duration::from_secs(60),
             labels_aggregate_threshold: 0.8,
             predictor_port: 8080,
             predictor_addr: None,

@@ -19,9 +19,17 @@ use crate::apis::known;
 use crate::deployer::description::{self, DeployError};
 use crate::deployer::generic::ChildCluster;
 use crate::deployer::who;
+use crate::runtime::controller::Backoff;
 use crate::runtime::{self, Runtime};
 
 pub const FIELD_MANAGER: &str = "clusternet/agent/deployer";
+
+struct Pull {
+    child: Arc<ChildCluster>,
+    api: Api<Description>,
+    store: kube::runtime::reflector::Store<Description>,
+    backoff: Backoff,
+}
 
 /// The child client objects are applied with: the `clusternet-app-deployer` token when present.
 async fn child_client(rt: &Runtime) -> kube::Client {
@@ -55,17 +63,32 @@ pub async fn run(rt: &Runtime, reg: &Registration, stop: CancellationToken) {
     info!(namespace = %reg.namespace, "deploying Descriptions into this cluster (Pull)");
     let child = Arc::new(ChildCluster::new(child_client(rt).await, FIELD_MANAGER));
     let api: Api<Description> = Api::namespaced(reg.parent.clone(), &reg.namespace);
-    let ctx = Arc::new((child, api.clone()));
-    Controller::new(api, watcher::Config::default())
+    let controller = Controller::new(api.clone(), watcher::Config::default());
+    // every Description of this cluster's namespace: objects two of them share stay until both let go
+    let store = controller.store();
+    let backoff = Backoff::default();
+    let ctx = Arc::new(Pull {
+        child,
+        api,
+        store,
+        backoff: backoff.clone(),
+    });
+    controller
         .with_config(controller::Config::default().concurrency(4))
         .graceful_shutdown_on(async move { stop.cancelled().await })
         .run(
-            |desc, ctx: Arc<(Arc<ChildCluster>, Api<Description>)>| async move {
-                description::reconcile(&ctx.0, &ctx.1, desc).await
+            |desc, ctx: Arc<Pull>| async move {
+                let key = kube::ResourceExt::name_any(desc.as_ref());
+                let r = description::reconcile(&ctx.child, &ctx.api, desc, &ctx.store.state()).await;
+                if r.is_ok() {
+                    ctx.backoff.succeeded(&key);
+                }
+                r
             },
-            |desc, err: &DeployError, _| {
-                warn!(description = %kube::ResourceExt::name_any(desc.as_ref()), error = %err, "deploying failed; retrying");
-                Action::requeue(std::time::Duration::from_secs(3))
+            move |desc, err: &DeployError, _| {
+                let (wait, failures) = backoff.failed(&kube::ResourceExt::name_any(desc.as_ref()));
+                warn!(description = %kube::ResourceExt::name_any(desc.as_ref()), error = %err, failures, retry_in = ?wait, "deploying failed; retrying");
+                Action::requeue(wait)
             },
             ctx,
         )

@@ -36,6 +36,7 @@ pub async fn lead(rt: &Runtime, lease_uid: &str, stop: CancellationToken) {
     };
     info!(cluster_id = %cluster_id, "cluster ID (UID of the agent Lease)");
     let nodes = rt.cache.watch::<Node>();
+    let mut predictor = None;
     if rt.config.gate(crate::apis::known::PREDICTOR)
         && rt
             .config
@@ -46,9 +47,12 @@ pub async fn lead(rt: &Runtime, lease_uid: &str, stop: CancellationToken) {
         let pods = rt.cache.watch::<k8s_openapi::api::core::v1::Pod>();
         let addr = std::net::SocketAddr::from(([127, 0, 0, 1], rt.config.predictor_port));
         match predictor::serve(addr, nodes.store.clone(), pods.store.clone(), stop.clone()).await {
-            Ok(a) => info!(address = %a, "serving the capacity predictor"),
+            Ok(a) => {
+                info!(address = %a, "serving the capacity predictor");
+                predictor = Some(a);
+            }
             Err(e) => {
-                error!(error = %e, port = rt.config.predictor_port, "cannot serve the capacity predictor")
+                error!(error = %e, port = rt.config.predictor_port, "cannot serve the capacity predictor; it is not advertised to the scheduler (choose another --predictor-port, 0 for any free one)")
             }
         }
     }
@@ -84,7 +88,7 @@ pub async fn lead(rt: &Runtime, lease_uid: &str, stop: CancellationToken) {
         if !nodes.ready().await {
             return;
         }
-        let ended = status::run(rt, &reg, nodes.store.clone(), &stop).await;
+        let ended = status::run(rt, &reg, nodes.store.clone(), predictor, &stop).await;
         round.cancel();
         let _ = publisher.await;
         let _ = pull.await;

@@ -20,7 +20,7 @@ use tracing::{debug, info, warn};
 use super::registration::Registration;
 use crate::apis::clusters::{
     CONDITION_READY, MESSAGE_MANAGED_CLUSTER_READY, REASON_MANAGED_CLUSTER_NOT_READY,
-    REASON_MANAGED_CLUSTER_READY,
+    REASON_MANAGED_CLUSTER_READY, merge_conditions,
 };
 use crate::apis::known;
 use crate::apis::{ManagedCluster, ManagedClusterStatus, NodeStatistics};
@@ -46,6 +46,7 @@ pub async fn run(
     rt: &Runtime,
     reg: &Registration,
     nodes: Store<Node>,
+    predictor: Option<std::net::SocketAddr>,
     stop: &CancellationToken,
 ) -> Result<(), HeartbeatEnd> {
     let cfg = &rt.config;
@@ -58,8 +59,9 @@ pub async fn run(
     let api: Api<ManagedCluster> = Api::namespaced(reg.parent.clone(), &reg.namespace);
     let mut last_written: Option<(ManagedClusterStatus, Instant)> = None;
     let mut missing_since: Option<Instant> = None;
+    let mut health = HealthWindow::default();
     loop {
-        let snapshot = collect(rt, &nodes).await;
+        let snapshot = collect(rt, &nodes, predictor, &mut health).await;
         let due = match &last_written {
             None => true,
             Some((prev, at)) => at.elapsed() >= heartbeat_every || !same_state(prev, &snapshot),
@@ -200,32 +202,6 @@ async fn write(
     Ok(())
 }
 
-/// Upstream's condition merge (pkg/utils/cluster.go): append new types; on a status, reason or
-/// message change update them (transition time only when the status changed); an unchanged
-/// `Ready` takes the new transition time, so it doubles as a heartbeat timestamp; other
-/// conditions are kept as they are.
-pub fn merge_conditions(previous: &[Condition], new: &[Condition]) -> Vec<Condition> {
-    let mut out = previous.to_vec();
-    for n in new {
-        match out.iter_mut().find(|c| c.type_ == n.type_) {
-            None => out.push(n.clone()),
-            Some(c) => {
-                if c.status != n.status || c.reason != n.reason || c.message != n.message {
-                    if c.status != n.status {
-                        c.last_transition_time = n.last_transition_time.clone();
-                    }
-                    c.status = n.status.clone();
-                    c.reason = n.reason.clone();
-                    c.message = n.message.clone();
-                } else if c.type_ == CONDITION_READY {
-                    c.last_transition_time = n.last_transition_time.clone();
-                }
-            }
-        }
-    }
-    out
-}
-
 /// status.md §4: the most common value of each prefixed key among worker nodes, kept when its
 /// share reaches the threshold.
 pub fn aggregate_node_labels(
@@ -265,24 +241,76 @@ pub fn aggregate_node_labels(
         .collect()
 }
 
+/// Consecutive failed rounds needed (besides the failure window) before the cluster is reported
+/// not ready: one slow round must never be enough.
+const MIN_FAILED_ROUNDS: u32 = 3;
+
+/// How long one call to the child may take within a collection round: a stalled child API server
+/// must not stop the heartbeat to the parent (which would make the parent think it lost us).
+const CHILD_CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Hysteresis for the `Ready` condition: the child's health probes must fail for the whole
+/// `--cluster-health-failure-window` and over at least [`MIN_FAILED_ROUNDS`] rounds in a row before
+/// the agent reports not ready; one good round resets it. Upstream evaluates the probes once per
+/// round, so a few seconds of etcd stall made a healthy child look lost.
+#[derive(Debug, Default)]
+pub struct HealthWindow {
+    failing_since: Option<Instant>,
+    failed_rounds: u32,
+}
+
+impl HealthWindow {
+    /// Records one round's probe result; returns whether the cluster counts as ready.
+    pub fn observe(&mut self, healthy: bool, now: Instant, window: Duration) -> bool {
+        if healthy {
+            if let Some(since) = self.failing_since.take() {
+                info!(failing_for = ?now.duration_since(since), rounds = self.failed_rounds, "the child's health probes pass again");
+            }
+            self.failed_rounds = 0;
+            return true;
+        }
+        let since = *self.failing_since.get_or_insert(now);
+        self.failed_rounds = self.failed_rounds.saturating_add(1);
+        let failing_for = now.duration_since(since);
+        let ready = self.failed_rounds < MIN_FAILED_ROUNDS || failing_for < window;
+        if ready {
+            warn!(failing_for = ?failing_for, rounds = self.failed_rounds, window = ?window, "the child's health probes fail; still reporting Ready until they fail for the whole window");
+        }
+        ready
+    }
+}
+
 async fn probe(client: &Client, path: &str) -> bool {
     let Ok(req) = http::Request::get(path).body(Vec::new()) else {
         return false;
     };
-    client.request_text(req).await.is_ok()
+    matches!(
+        tokio::time::timeout(CHILD_CALL_TIMEOUT, client.request_text(req)).await,
+        Ok(Ok(_))
+    )
 }
 
 /// One snapshot of the child (status.md §2).
-pub async fn collect(rt: &Runtime, nodes: &Store<Node>) -> ManagedClusterStatus {
+pub async fn collect(
+    rt: &Runtime,
+    nodes: &Store<Node>,
+    predictor: Option<std::net::SocketAddr>,
+    health: &mut HealthWindow,
+) -> ManagedClusterStatus {
     let cfg = &rt.config;
     let client = &rt.client;
-    let (k8s_version, platform) = match client.apiserver_version().await {
-        Ok(v) => (v.git_version, v.platform),
-        Err(e) => {
-            debug!(error = %e, "reading the child's version failed");
-            (String::new(), String::new())
-        }
-    };
+    let (k8s_version, platform) =
+        match tokio::time::timeout(CHILD_CALL_TIMEOUT, client.apiserver_version()).await {
+            Ok(Ok(v)) => (v.git_version, v.platform),
+            Ok(Err(e)) => {
+                debug!(error = %e, "reading the child's version failed");
+                (String::new(), String::new())
+            }
+            Err(_) => {
+                debug!("reading the child's version timed out");
+                (String::new(), String::new())
+            }
+        };
     let (healthz, livez, readyz) = tokio::join!(
         probe(client, "/healthz"),
         probe(client, "/livez"),
@@ -338,7 +366,11 @@ pub async fn collect(rt: &Runtime, nodes: &Store<Node>) -> ManagedClusterStatus 
             quantity::format_decimal(gpu_alloc),
         );
     }
-    let ready = (livez && readyz) || healthz;
+    let ready = health.observe(
+        (livez && readyz) || healthz,
+        Instant::now(),
+        cfg.cluster_health_failure_window,
+    );
     let now = Time(Timestamp::now());
     let condition = if ready {
         Condition {
@@ -359,7 +391,10 @@ pub async fn collect(rt: &Runtime, nodes: &Store<Node>) -> ManagedClusterStatus 
             observed_generation: None,
         }
     };
-    let (cluster_cidr, service_cidr) = discover_cidrs(client).await;
+    let (cluster_cidr, service_cidr) =
+        tokio::time::timeout(CHILD_CALL_TIMEOUT, discover_cidrs(client))
+            .await
+            .unwrap_or_default();
     ManagedClusterStatus {
         last_observed_time: None,
         k8s_version,
@@ -384,18 +419,29 @@ pub async fn collect(rt: &Runtime, nodes: &Store<Node>) -> ManagedClusterStatus 
         heartbeat_frequency_seconds: Some(
             cfg.cluster_status_update_frequency.as_secs().max(1) as i64
         ),
-        predictor_enabled: cfg.gate(known::PREDICTOR),
-        predictor_address: predictor_address(cfg),
+        predictor_enabled: !predictor_address(cfg, predictor).is_empty(),
+        predictor_address: predictor_address(cfg, predictor),
         predictor_direct_access: cfg.predictor_direct_access,
     }
 }
 
-/// agent.md §4.1: an external predictor's address, else the built-in one on localhost.
-pub fn predictor_address(cfg: &crate::config::Config) -> String {
-    match cfg.predictor_addr.as_deref().filter(|a| !a.is_empty()) {
-        Some(a) => a.to_string(),
-        None if cfg.gate(known::PREDICTOR) => format!("http://localhost:{}", cfg.predictor_port),
-        None => String::new(),
+/// agent.md §4.1: an external predictor's address, else the built-in one on localhost, but only
+/// while it really serves (`served`: the address it is bound to): a predictor that could not bind
+/// its port is not advertised, or the scheduler would ask whatever else listens there.
+pub fn predictor_address(
+    cfg: &crate::config::Config,
+    served: Option<std::net::SocketAddr>,
+) -> String {
+    if !cfg.gate(known::PREDICTOR) {
+        return String::new();
+    }
+    match (
+        cfg.predictor_addr.as_deref().filter(|a| !a.is_empty()),
+        served,
+    ) {
+        (Some(a), _) => a.to_string(),
+        (None, Some(addr)) => format!("http://localhost:{}", addr.port()),
+        (None, None) => String::new(),
     }
 }
 
@@ -522,46 +568,47 @@ mod tests {
         );
     }
 
-    fn cond(type_: &str, status: &str, reason: &str, secs: i64) -> Condition {
-        Condition {
-            type_: type_.into(),
-            status: status.into(),
-            reason: reason.into(),
-            message: String::new(),
-            last_transition_time: Time(
-                Timestamp::from_second(secs).unwrap_or(Timestamp::UNIX_EPOCH),
-            ),
-            observed_generation: None,
-        }
+    #[test]
+    fn only_a_serving_predictor_is_advertised() {
+        let mut cfg = crate::config::Config::default();
+        cfg.feature_gates.insert(known::PREDICTOR.to_string(), true);
+        let bound: std::net::SocketAddr = ([127, 0, 0, 1], 41234).into();
+        assert_eq!(
+            predictor_address(&cfg, Some(bound)),
+            "http://localhost:41234"
+        );
+        // the port could not be bound: nothing is advertised
+        assert_eq!(predictor_address(&cfg, None), "");
+        cfg.predictor_addr = Some("http://predictor.example:9000".into());
+        assert_eq!(
+            predictor_address(&cfg, None),
+            "http://predictor.example:9000"
+        );
+        cfg.feature_gates
+            .insert(known::PREDICTOR.to_string(), false);
+        assert_eq!(predictor_address(&cfg, Some(bound)), "");
     }
 
     #[test]
-    fn conditions_merge_as_upstream() {
-        let prev = vec![
-            cond("Ready", "True", "A", 10),
-            cond("ClusterInit", "True", "Done", 5),
-        ];
-        // same Ready: takes the new transition time (heartbeat); ClusterInit untouched
-        let merged = merge_conditions(&prev, &[cond("Ready", "True", "A", 20)]);
-        assert_eq!(
-            merged[0].last_transition_time,
-            cond("x", "", "", 20).last_transition_time
-        );
-        assert_eq!(merged[1], prev[1]);
-        // reason change only: transition time kept
-        let merged = merge_conditions(&prev, &[cond("Ready", "True", "B", 30)]);
-        assert_eq!(merged[0].reason, "B");
-        assert_eq!(merged[0].last_transition_time, prev[0].last_transition_time);
-        // status change: transition time moves
-        let merged = merge_conditions(&prev, &[cond("Ready", "False", "B", 40)]);
-        assert_eq!(
-            merged[0].last_transition_time,
-            cond("x", "", "", 40).last_transition_time
-        );
-        // new type appended
-        assert_eq!(
-            merge_conditions(&prev, &[cond("Other", "True", "C", 1)]).len(),
-            3
-        );
+    fn one_failed_round_does_not_make_the_cluster_not_ready() {
+        let window = Duration::from_secs(40);
+        let t0 = Instant::now();
+        let mut h = HealthWindow::default();
+        assert!(h.observe(true, t0, window));
+        // a 4 s stall: many failed rounds, but shorter than the window
+        for i in 1..=8 {
+            assert!(h.observe(false, t0 + Duration::from_millis(500 * i), window));
+        }
+        assert!(h.observe(true, t0 + Duration::from_secs(5), window));
+        // failing for the whole window, but in fewer than three rounds (slow rounds): still ready
+        let mut h = HealthWindow::default();
+        assert!(h.observe(false, t0, window));
+        assert!(h.observe(false, t0 + Duration::from_secs(60), window));
+        // the third consecutive failed round past the window: not ready
+        assert!(!h.observe(false, t0 + Duration::from_secs(61), window));
+        assert!(!h.observe(false, t0 + Duration::from_secs(62), window));
+        // one good round resets it
+        assert!(h.observe(true, t0 + Duration::from_secs(63), window));
+        assert!(h.observe(false, t0 + Duration::from_secs(64), window));
     }
 }

@@ -464,6 +464,31 @@ impl ManagedClusterStatus {
     }
 }
 
+/// Upstream's condition merge (pkg/utils/cluster.go): append new types; on a status, reason or
+/// message change update them (transition time only when the status changed); other conditions
+/// are kept as they are. Unlike upstream, an unchanged `Ready` keeps its transition time
+/// (Kubernetes conventions: `lastTransitionTime` moves only when the status does; the heartbeat
+/// is `status.lastObservedTime`), so "Ready since" can be read from it.
+pub fn merge_conditions(previous: &[Condition], new: &[Condition]) -> Vec<Condition> {
+    let mut out = previous.to_vec();
+    for n in new {
+        match out.iter_mut().find(|c| c.type_ == n.type_) {
+            None => out.push(n.clone()),
+            Some(c) => {
+                if c.status != n.status || c.reason != n.reason || c.message != n.message {
+                    if c.status != n.status {
+                        c.last_transition_time = n.last_transition_time.clone();
+                    }
+                    c.status = n.status.clone();
+                    c.reason = n.reason.clone();
+                    c.message = n.message.clone();
+                }
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -659,5 +684,47 @@ status:
             "Go zero values must not become CRD defaults"
         );
         assert_eq!(status["kubeQPS"]["type"], json!("number"));
+    }
+
+    use k8s_openapi::jiff::Timestamp;
+
+    fn cond(type_: &str, status: &str, reason: &str, secs: i64) -> Condition {
+        Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: String::new(),
+            last_transition_time: Time(
+                Timestamp::from_second(secs).unwrap_or(Timestamp::UNIX_EPOCH),
+            ),
+            observed_generation: None,
+        }
+    }
+
+    #[test]
+    fn conditions_merge_as_upstream() {
+        let prev = vec![
+            cond("Ready", "True", "A", 10),
+            cond("ClusterInit", "True", "Done", 5),
+        ];
+        // same Ready: keeps its transition time (only a change moves it); ClusterInit untouched
+        let merged = merge_conditions(&prev, &[cond("Ready", "True", "A", 20)]);
+        assert_eq!(merged[0].last_transition_time, prev[0].last_transition_time);
+        assert_eq!(merged[1], prev[1]);
+        // reason change only: transition time kept
+        let merged = merge_conditions(&prev, &[cond("Ready", "True", "B", 30)]);
+        assert_eq!(merged[0].reason, "B");
+        assert_eq!(merged[0].last_transition_time, prev[0].last_transition_time);
+        // status change: transition time moves
+        let merged = merge_conditions(&prev, &[cond("Ready", "False", "B", 40)]);
+        assert_eq!(
+            merged[0].last_transition_time,
+            cond("x", "", "", 40).last_transition_time
+        );
+        // new type appended
+        assert_eq!(
+            merge_conditions(&prev, &[cond("Other", "True", "C", 1)]).len(),
+            3
+        );
     }
 }

@@ -40,15 +40,16 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use thiserror::Error;
 
 pub use apps::{
-    AggregatedStatus, Base, BaseSpec, ChartPullSecret, ChartReference, Description,
-    DescriptionDeployer, DescriptionPhase, DescriptionSpec, DescriptionStatus, DividingScheduling,
-    DynamicDividing, DynamicDividingStrategy, Feed, FeedInventory, FeedInventorySpec, FeedOrder,
-    FeedStatus, FeedStatusPerCluster, FieldFormat, Globalization, GlobalizationSpec, HelmChart,
-    HelmChartPhase, HelmChartSpec, HelmChartStatus, HelmOptions, HelmRelease, HelmReleaseSpec,
-    HelmReleaseStatus, HelmReleaseStatusPhase, Localization, LocalizationSpec, Manifest,
-    ManifestFields, ManifestStatus, OverrideConfig, OverridePolicy, OverrideType, PreemptionPolicy,
-    ReplicaDividingType, ReplicaRequirements, ReplicaStatus, SchedulingStrategy, SubGroupStrategy,
-    Subscriber, Subscription, SubscriptionSpec, SubscriptionStatus,
+    AggregatedStatus, Base, BaseSpec, CONDITION_FEEDS_RESOLVED, ChartPullSecret, ChartReference,
+    Description, DescriptionDeployer, DescriptionPhase, DescriptionSpec, DescriptionStatus,
+    DividingScheduling, DynamicDividing, DynamicDividingStrategy, Feed, FeedInventory,
+    FeedInventorySpec, FeedOrder, FeedStatus, FeedStatusPerCluster, FieldFormat, Globalization,
+    GlobalizationSpec, HelmChart, HelmChartPhase, HelmChartSpec, HelmChartStatus, HelmOptions,
+    HelmRelease, HelmReleaseSpec, HelmReleaseStatus, HelmReleaseStatusPhase, Localization,
+    LocalizationSpec, Manifest, ManifestFields, ManifestStatus, OverrideConfig, OverridePolicy,
+    OverrideType, PreemptionPolicy, ReplicaDividingType, ReplicaRequirements, ReplicaStatus,
+    SchedulingStrategy, SubGroupStrategy, Subscriber, Subscription, SubscriptionSpec,
+    SubscriptionStatus,
 };
 pub use clusters::{
     ApprovedResult, ClusterRegistrationRequest, ClusterRegistrationRequestSpec,

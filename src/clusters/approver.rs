@@ -57,7 +57,7 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         return;
     }
     let ctx = Arc::new((rt, clusters.store.clone()));
-    super::run_controller("crrapprover", shared, 4, stop, move |crr| {
+    crate::runtime::controller::run("crrapprover", shared, 4, stop, move |crr| {
         let ctx = ctx.clone();
         async move { reconcile(&ctx.0, &ctx.1, &crr).await }
     })

@@ -19,11 +19,10 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
-use crate::agent::status::merge_conditions;
 use crate::apis::clusters::{
     CONDITION_CLUSTER_INIT, CONDITION_READY, REASON_CLUSTER_INIT_DISABLED,
     REASON_CLUSTER_INIT_WAITING, REASON_CLUSTER_STATUS_NEVER_UPDATED,
-    REASON_CLUSTER_STATUS_UNKNOWN,
+    REASON_CLUSTER_STATUS_UNKNOWN, merge_conditions,
 };
 use crate::apis::known;
 use crate::apis::{ClusterRegistrationRequest, ManagedCluster};
@@ -49,7 +48,7 @@ const DEFAULT_THRESHOLD: Duration = Duration::from_secs(9 * 60);
 pub async fn run(rt: Runtime, stop: CancellationToken) {
     let shared = rt.cache.watch::<ManagedCluster>();
     let ctx = Arc::new(rt);
-    super::run_controller("clusterlifecycle", shared, 4, stop, move |mc| {
+    crate::runtime::controller::run("clusterlifecycle", shared, 4, stop, move |mc| {
         let ctx = ctx.clone();
         async move { reconcile(&ctx, mc).await }
     })

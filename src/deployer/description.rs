@@ -67,11 +67,16 @@ pub async fn release_finalizer(
     }
 }
 
+/// Reconciles `desc` against its child; `siblings` are the other Descriptions the deployer knows
+/// of (any namespace: only those of `desc`'s namespace, the same child, are looked at), so objects
+/// two Subscriptions share stay until the last one lets go.
 pub async fn reconcile(
     child: &ChildCluster,
     api: &Api<Description>,
     desc: Arc<Description>,
+    siblings: &[Arc<Description>],
 ) -> Result<Action, DeployError> {
+    let elsewhere = super::generic::wanted_elsewhere(&desc, siblings.iter().map(|d| d.as_ref()));
     if desc.spec.deployer != DescriptionDeployer::Generic {
         // Helm Descriptions are handled by the Helm deployer, which this build does not have yet
         return Ok(Action::await_change());
@@ -81,7 +86,7 @@ pub async fn reconcile(
             return Ok(Action::await_change());
         }
         child
-            .offload(&desc)
+            .offload(&desc, &elsewhere)
             .await
             .map_err(|message| DeployError::Offload {
                 desc: key(&desc),
@@ -92,7 +97,9 @@ pub async fn reconcile(
         return Ok(Action::await_change());
     }
     let previous = desc.status.clone().unwrap_or_default();
-    let outcome = child.apply(&desc, &previous.manifest_statuses).await;
+    let outcome = child
+        .apply(&desc, &previous.manifest_statuses, &elsewhere)
+        .await;
     let failed = !outcome.errors.is_empty();
     let status = DescriptionStatus {
         phase: Some(if failed {

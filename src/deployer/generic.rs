@@ -75,6 +75,48 @@ impl ObjectRef {
     }
 }
 
+/// An object another Description of the same child wants, and that Description's owner value
+/// (`<namespace>.<name>`, as in `apps.clusternet.io/owned-by-description`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Wanted {
+    pub object: ObjectRef,
+    pub owner: String,
+}
+
+/// The objects that the other live Generic Descriptions of `desc`'s namespace (the same child)
+/// want: pruning or offloading `desc` must leave them in place.
+pub fn wanted_elsewhere<'a>(
+    desc: &Description,
+    siblings: impl IntoIterator<Item = &'a Description>,
+) -> Vec<Wanted> {
+    let ns = desc.namespace().unwrap_or_default();
+    let name = desc.name_any();
+    let mut out = Vec::new();
+    for d in siblings {
+        if d.namespace().as_deref() != Some(ns.as_str())
+            || d.name_any() == name
+            || d.metadata.deletion_timestamp.is_some()
+            || d.spec.deployer != crate::apis::DescriptionDeployer::Generic
+        {
+            continue;
+        }
+        let owner = format!("{ns}.{}", d.name_any());
+        for raw in &d.spec.raw {
+            if let Some(object) = serde_json::from_slice::<Value>(&raw.0)
+                .ok()
+                .as_ref()
+                .and_then(ObjectRef::of)
+            {
+                out.push(Wanted {
+                    object,
+                    owner: owner.clone(),
+                });
+            }
+        }
+    }
+    out
+}
+
 /// What applying a Description achieved.
 #[derive(Debug, Default)]
 pub struct Outcome {
@@ -275,8 +317,14 @@ impl ChildCluster {
     }
 
     /// Applies every object of the Description (Namespaces and CRDs first), prunes objects that were
-    /// applied before (`previous`) and are no longer desired, and reports per-object results.
-    pub async fn apply(&self, desc: &Description, previous: &[ManifestStatus]) -> Outcome {
+    /// applied before (`previous`) and are no longer desired (unless another Description of this
+    /// child still wants them: `elsewhere`), and reports per-object results.
+    pub async fn apply(
+        &self,
+        desc: &Description,
+        previous: &[ManifestStatus],
+        elsewhere: &[Wanted],
+    ) -> Outcome {
         let owner = format!(
             "{}.{}",
             desc.namespace().unwrap_or_default(),
@@ -321,7 +369,7 @@ impl ChildCluster {
             if objects.iter().any(|(o, _)| o.same_object(&r)) {
                 continue;
             }
-            if let Err(e) = self.delete_one(&r, &owner).await {
+            if let Err(e) = self.delete_one(&r, &owner, elsewhere).await {
                 out.errors.push(format!("pruning {}: {e}", r.display()));
                 // keep remembering it so the next round prunes again
                 out.statuses.push(old.clone());
@@ -330,8 +378,15 @@ impl ChildCluster {
         out
     }
 
-    /// Deletes one object if this Description owns it (never someone else's object of the same name).
-    async fn delete_one(&self, r: &ObjectRef, owner: &str) -> Result<(), String> {
+    /// Deletes one object if this Description owns it (never someone else's object of the same
+    /// name). An object another Description of this child still wants is handed over to it (its
+    /// ownership annotation re-pointed) instead: it goes when the last Description lets go.
+    async fn delete_one(
+        &self,
+        r: &ObjectRef,
+        owner: &str,
+        elsewhere: &[Wanted],
+    ) -> Result<(), String> {
         let api = self.api_for(r).await?;
         let live = match api.get_opt(&r.name).await {
             Ok(Some(l)) => l,
@@ -346,6 +401,21 @@ impl ChildCluster {
         if !ours {
             return Ok(());
         }
+        if let Some(heir) = elsewhere.iter().find(|w| w.object.same_object(r)) {
+            let patch = serde_json::json!({"metadata": {"annotations": {
+                known::OBJECT_OWNED_BY_DESCRIPTION_ANNOTATION: heir.owner}}});
+            return match api
+                .patch(&r.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => {
+                    tracing::info!(object = %r.display(), from = owner, to = %heir.owner, "kept: another Description still wants it");
+                    Ok(())
+                }
+                Err(e) if api_code(&e) == Some(404) => Ok(()),
+                Err(e) => Err(api_message(&e)),
+            };
+        }
         match api.delete(&r.name, &DeleteParams::background()).await {
             Ok(_) => Ok(()),
             Err(e) if api_code(&e) == Some(404) => Ok(()),
@@ -353,8 +423,9 @@ impl ChildCluster {
         }
     }
 
-    /// §8.3: deletes every object of the Description (and any it applied before), in reverse order.
-    pub async fn offload(&self, desc: &Description) -> Result<(), String> {
+    /// §8.3: deletes every object of the Description (and any it applied before), in reverse
+    /// order, except what another Description of this child still wants (`elsewhere`).
+    pub async fn offload(&self, desc: &Description, elsewhere: &[Wanted]) -> Result<(), String> {
         let owner = format!(
             "{}.{}",
             desc.namespace().unwrap_or_default(),
@@ -376,7 +447,7 @@ impl ChildCluster {
         refs.sort_by_key(|r| std::cmp::Reverse(kind_rank(&r.kind)));
         let mut errors = Vec::new();
         for r in &refs {
-            if let Err(e) = self.delete_one(r, &owner).await {
+            if let Err(e) = self.delete_one(r, &owner, elsewhere).await {
                 // an unknown kind was never created: nothing to delete
                 if !e.contains("does not serve kind") {
                     errors.push(format!("{}: {e}", r.display()));
@@ -494,6 +565,63 @@ mod tests {
         )
         .expect("the snapshot is JSON");
         assert_eq!(last["data"]["a"], "b");
+    }
+
+    fn desc(ns: &str, name: &str, objects: &[Value], deleting: bool) -> Description {
+        let mut d: Description = serde_json::from_value(json!({
+            "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Description",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"deployer": "Generic"}}))
+        .expect("a Description");
+        d.spec.raw = to_raw(objects);
+        if deleting {
+            d.metadata.deletion_timestamp =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                ));
+        }
+        d
+    }
+
+    #[test]
+    fn objects_another_description_of_the_child_wants_are_kept() {
+        let ns_obj =
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shared"}});
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "shared"}});
+        let only_a = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "shared"}});
+        let a = desc(
+            "clusternet-x",
+            "a-generic",
+            &[ns_obj.clone(), cm.clone(), only_a],
+            true,
+        );
+        let b = desc(
+            "clusternet-x",
+            "b-generic",
+            &[ns_obj.clone(), cm.clone()],
+            false,
+        );
+        // the same objects in another child, and a Description that is going too, do not count
+        let other_child = desc(
+            "clusternet-y",
+            "c-generic",
+            std::slice::from_ref(&cm),
+            false,
+        );
+        let going = desc("clusternet-x", "d-generic", std::slice::from_ref(&cm), true);
+        let w = wanted_elsewhere(&a, [&a, &b, &other_child, &going]);
+        let names: Vec<(&str, &str)> = w
+            .iter()
+            .map(|w| (w.object.name.as_str(), w.owner.as_str()))
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                ("shared", "clusternet-x.b-generic"),
+                ("c", "clusternet-x.b-generic")
+            ]
+        );
+        assert!(wanted_elsewhere(&b, [&a, &b, &going]).is_empty());
     }
 
     #[test]

@@ -43,6 +43,7 @@ pub enum PushError {
 struct Ctx {
     rt: Runtime,
     clusters: Store<ManagedCluster>,
+    descriptions: Store<Description>,
     /// Every cluster's `child-cluster-deployer` Secret (a watch of that name only).
     secrets: Store<Secret>,
     children: ChildCache,
@@ -64,12 +65,13 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     let ctx = Arc::new(Ctx {
         rt,
         clusters: clusters.store.clone(),
+        descriptions: descs.store.clone(),
         secrets: secrets.store.clone(),
         children: ChildCache::default(),
         proxy: ProxyAvailability::default(),
         parent_config: tokio::sync::OnceCell::new(),
     });
-    crate::clusters::run_controller("description-push", descs, 8, stop, move |desc| {
+    crate::runtime::controller::run("description-push", descs, 8, stop, move |desc| {
         let ctx = ctx.clone();
         async move { reconcile(&ctx, desc).await }
     })
@@ -187,5 +189,8 @@ async fn reconcile(ctx: &Ctx, desc: Arc<Description>) -> Result<Action, PushErro
         desc: key.clone(),
         message,
     })?;
-    Ok(description::reconcile(&child, &api, desc).await?)
+    let siblings = ctx
+        .descriptions
+        .state_filter(|d| d.namespace().as_deref() == Some(ns.as_str()));
+    Ok(description::reconcile(&child, &api, desc, &siblings).await?)
 }

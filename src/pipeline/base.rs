@@ -17,13 +17,13 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::{feeds, overrides};
 use crate::apis::known;
 use crate::apis::{
-    Base, Description, DescriptionDeployer, DescriptionSpec, Globalization, Localization,
-    ManagedCluster, Manifest, OverridePolicy,
+    Base, Description, DescriptionDeployer, DescriptionSpec, FeedInventory, Globalization,
+    Localization, ManagedCluster, Manifest, OverridePolicy, SchedulingStrategy, Subscription,
 };
 use crate::runtime::events::Events;
 use crate::runtime::{Runtime, api_code};
@@ -51,6 +51,8 @@ struct Ctx {
     globalizations: Store<Globalization>,
     clusters: Store<ManagedCluster>,
     descriptions: Store<Description>,
+    subscriptions: Store<Subscription>,
+    inventories: Store<FeedInventory>,
 }
 
 pub async fn run(rt: Runtime, stop: CancellationToken) {
@@ -60,11 +62,15 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     let globs = rt.cache.watch::<Globalization>();
     let clusters = rt.cache.watch::<ManagedCluster>();
     let descs = rt.cache.watch::<Description>();
+    let subs = rt.cache.watch::<Subscription>();
+    let inventories = rt.cache.watch::<FeedInventory>();
     // an empty cache that has not listed yet would look like "no Description": never decide from it
     for s in [
         manifests.ready().await,
         locs.ready().await,
         descs.ready().await,
+        subs.ready().await,
+        inventories.ready().await,
     ] {
         if !s {
             return;
@@ -123,8 +129,10 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         globalizations: globs.store.clone(),
         clusters: clusters.store.clone(),
         descriptions: descs.store.clone(),
+        subscriptions: subs.store.clone(),
+        inventories: inventories.store.clone(),
     });
-    crate::clusters::run_controller_with("base", bases, 8, stop, also, move |base| {
+    crate::runtime::controller::run_with("base", bases, 8, stop, also, move |base| {
         let ctx = ctx.clone();
         async move { reconcile(&ctx, base).await }
     })
@@ -224,6 +232,18 @@ async fn render(ctx: &Ctx, base: &Base) -> Result<Action, BaseError> {
         .filter(|l| l.namespace().as_deref() == Some(ns.as_str()))
         .map(|l| (**l).clone())
         .collect();
+    if let Some(sub) = subscription_of(ctx, base) {
+        let inventory = ctx
+            .inventories
+            .get(&ObjectRef::new(&sub.name_any()).within(&sub.namespace().unwrap_or_default()));
+        if let Err(waiting) = replica_localizations_in_place(&sub, inventory.as_deref(), &locs, &ns)
+        {
+            // the child must never see more than its share: a Dividing Base is first rendered
+            // with its replica Localization (whose creation re-triggers this render)
+            debug!(base = %key, waiting = %waiting, "not rendering yet");
+            return Ok(Action::requeue(Duration::from_secs(5)));
+        }
+    }
     let globs: Vec<Globalization> = ctx
         .globalizations
         .state()
@@ -234,17 +254,16 @@ async fn render(ctx: &Ctx, base: &Base) -> Result<Action, BaseError> {
     let mut problems: Vec<String> = Vec::new();
     for feed in &base.spec.feeds {
         if feed.kind == "HelmChart" {
-            problems.push(format!(
-                "feed {feed}: Helm charts are not supported by this build yet"
-            ));
+            let message = format!("feed {feed}: Helm charts are not supported by this build yet");
+            ctx.events.warn(base, "NotImplemented", &message);
+            problems.push(message);
             continue;
         }
         let found = feeds::find(feed, &reserved, &manifests);
         if found.is_empty() {
             let message = format!("Base {key} is using a nonexistent {feed}");
             ctx.events
-                .warn(base, &format!("Nonexistent{}", feed.kind), &message)
-                .await;
+                .warn(base, &format!("Nonexistent{}", feed.kind), &message);
             return Err(BaseError::Feed { base: key, message });
         }
         for m in found {
@@ -266,9 +285,7 @@ async fn render(ctx: &Ctx, base: &Base) -> Result<Action, BaseError> {
                 Err(e) => {
                     let message = format!("rendering {feed} for {key}: {e}");
                     warn!(base = %key, error = %e, "override failed");
-                    ctx.events
-                        .warn(base, "FailedRenderingOverrides", &message)
-                        .await;
+                    ctx.events.warn(base, "FailedApplyingOverrides", &message);
                     problems.push(message);
                     // keep what was deployed before for this object instead of pruning it
                     let r = super::super::deployer::generic::ObjectRef::of(template);
@@ -292,8 +309,13 @@ async fn render(ctx: &Ctx, base: &Base) -> Result<Action, BaseError> {
         chart_raw: Vec::new(),
     };
     let labels = description_labels(base);
+    // a Base of Helm charts only has no Generic Description (not an empty one that says Success)
+    let generic_wanted = base.spec.feeds.iter().any(|f| f.kind != "HelmChart");
     let mut fresh = false;
     loop {
+        if !generic_wanted {
+            break;
+        }
         // a write that fails because the cached Description was stale is redone once with a
         // fresh read (`retry`); anything else fails as before
         let retry = |e: &kube::Error, fresh: bool| !fresh && api_code(e) == Some(409);
@@ -327,6 +349,11 @@ async fn render(ctx: &Ctx, base: &Base) -> Result<Action, BaseError> {
                         }
                     }
                     info!(base = %key, description = %name, "DescriptionUpdated");
+                    ctx.events.normal(
+                        base,
+                        "DescriptionUpdated",
+                        &format!("Description {ns}/{name} is updated successfully"),
+                    );
                 }
             }
             None => {
@@ -355,6 +382,11 @@ async fn render(ctx: &Ctx, base: &Base) -> Result<Action, BaseError> {
                     }
                 }
                 info!(base = %key, description = %name, "DescriptionCreated");
+                ctx.events.normal(
+                    base,
+                    "DescriptionCreated",
+                    &format!("Description {ns}/{name} is created successfully"),
+                );
             }
         }
         break;
@@ -365,10 +397,9 @@ async fn render(ctx: &Ctx, base: &Base) -> Result<Action, BaseError> {
         d.namespace().as_deref() == Some(ns.as_str())
             && d.labels().get(known::CONFIG_UID_LABEL) == Some(&base_uid)
     });
-    for d in others
-        .iter()
-        .filter(|d| d.name_any() != name && d.metadata.deletion_timestamp.is_none())
-    {
+    for d in others.iter().filter(|d| {
+        (d.name_any() != name || !generic_wanted) && d.metadata.deletion_timestamp.is_none()
+    }) {
         match descs.delete(&d.name_any(), &DeleteParams::default()).await {
             Ok(_) => {}
             Err(e) if api_code(&e) == Some(404) => {}
@@ -388,6 +419,67 @@ async fn render(ctx: &Ctx, base: &Base) -> Result<Action, BaseError> {
     }
 }
 
+/// The Subscription a Base belongs to, from the cache.
+fn subscription_of(ctx: &Ctx, base: &Base) -> Option<Arc<Subscription>> {
+    let labels = base.labels();
+    let uid = labels.get(known::CONFIG_SUBSCRIPTION_UID_LABEL)?;
+    let ns = labels.get(known::CONFIG_SUBSCRIPTION_NAMESPACE_LABEL)?;
+    let by_name = labels
+        .get(known::CONFIG_SUBSCRIPTION_NAME_LABEL)
+        .and_then(|name| ctx.subscriptions.get(&ObjectRef::new(name).within(ns)));
+    by_name
+        .or_else(|| ctx.subscriptions.find(|s| s.uid().as_ref() == Some(uid)))
+        .filter(|s| s.uid().as_ref() == Some(uid))
+}
+
+/// For a Dividing Subscription: `Err(what is missing)` until every workload feed that gets a
+/// share of replicas has its dividing Localization (deployer.md §3) in the Base's namespace, so
+/// the first rendering already carries the share instead of the feed's full replica count.
+pub fn replica_localizations_in_place(
+    sub: &Subscription,
+    inventory: Option<&FeedInventory>,
+    locs: &[Localization],
+    ns: &str,
+) -> Result<(), String> {
+    if sub.spec.scheduling_strategy != Some(SchedulingStrategy::Dividing) {
+        return Ok(());
+    }
+    let Some(inv) = inventory else {
+        return Err("no FeedInventory yet".into());
+    };
+    let sub_uid = sub.uid().unwrap_or_default();
+    let replicas = sub
+        .status
+        .as_ref()
+        .map(|s| s.replicas.clone())
+        .unwrap_or_default();
+    let missing: Vec<String> = inv
+        .spec
+        .feeds
+        .iter()
+        .filter(|o| o.desired_replicas.is_some() && !o.replica_json_path.is_empty())
+        .filter(|o| replicas.get(&o.feed.key()).is_some_and(|l| !l.is_empty()))
+        .filter(|o| {
+            !locs.iter().any(|l| {
+                l.namespace().as_deref() == Some(ns)
+                    && l.metadata.deletion_timestamp.is_none()
+                    && l.labels().get(&sub_uid).map(String::as_str)
+                        == Some(known::SUBSCRIPTION_KIND)
+                    && l.spec.feed == o.feed
+            })
+        })
+        .map(|o| o.feed.to_string())
+        .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "the replica Localization of {} is not in place yet",
+            missing.join(", ")
+        ))
+    }
+}
+
 /// The Description as the API server has it now (after a write against the cache failed).
 async fn read_description(
     descs: &Api<Description>,
@@ -399,4 +491,80 @@ async fn read_description(
         what: "reading the Description",
         source,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn sub(strategy: &str) -> Subscription {
+        serde_json::from_value(json!({
+            "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Subscription",
+            "metadata": {"name": "app", "namespace": "default", "uid": "u-1"},
+            "spec": {"schedulingStrategy": strategy, "subscribers": [{"clusterAffinity": {}}],
+                "feeds": [{"apiVersion": "apps/v1", "kind": "Deployment", "namespace": "demo", "name": "web"},
+                          {"apiVersion": "v1", "kind": "Service", "namespace": "demo", "name": "web"}]},
+            "status": {"bindingClusters": ["clusternet-a/a", "clusternet-b/b"],
+                "replicas": {"apps/v1/Deployment/demo/web": [2, 4], "v1/Service/demo/web": []}}
+        }))
+        .expect("a Subscription")
+    }
+
+    fn inventory() -> FeedInventory {
+        serde_json::from_value(json!({
+            "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "FeedInventory",
+            "metadata": {"name": "app", "namespace": "default"},
+            "spec": {"feeds": [
+                {"apiVersion": "apps/v1", "kind": "Deployment", "namespace": "demo", "name": "web",
+                 "desiredReplicas": 6, "replicaJsonPath": "/spec/replicas"},
+                {"apiVersion": "v1", "kind": "Service", "namespace": "demo", "name": "web"}]}
+        }))
+        .expect("a FeedInventory")
+    }
+
+    fn replica_loc(ns: &str, sub_uid: &str) -> Localization {
+        serde_json::from_value(json!({
+            "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Localization",
+            "metadata": {"name": "app-abc", "namespace": ns,
+                "labels": {sub_uid: "Subscription", "clusternet.io/created-by": "clusternet-controller-manager"}},
+            "spec": {"priority": 1000, "overridePolicy": "ApplyNow",
+                "feed": {"apiVersion": "apps/v1", "kind": "Deployment", "namespace": "demo", "name": "web"},
+                "overrides": [{"name": "dividing scheduling replicas", "type": "JSONPatch",
+                    "value": "[{\"path\":\"/spec/replicas\",\"value\":2,\"op\":\"replace\"}]"}]}
+        }))
+        .expect("a Localization")
+    }
+
+    #[test]
+    fn a_dividing_base_waits_for_its_replica_localization() {
+        let inv = inventory();
+        // Replication renders at once
+        assert!(
+            replica_localizations_in_place(&sub("Replication"), None, &[], "clusternet-a").is_ok()
+        );
+        // Dividing without an inventory or without the Localization waits
+        let d = sub("Dividing");
+        assert!(replica_localizations_in_place(&d, None, &[], "clusternet-a").is_err());
+        let err =
+            replica_localizations_in_place(&d, Some(&inv), &[], "clusternet-a").expect_err("waits");
+        assert!(err.contains("Deployment demo/web"), "{err}");
+        // a Localization of another namespace or Subscription does not count
+        let other_ns = replica_loc("clusternet-b", "u-1");
+        let other_sub = replica_loc("clusternet-a", "u-2");
+        assert!(
+            replica_localizations_in_place(&d, Some(&inv), &[other_ns, other_sub], "clusternet-a")
+                .is_err()
+        );
+        // in place: render (the Service has no replicas and needs none)
+        assert!(
+            replica_localizations_in_place(
+                &d,
+                Some(&inv),
+                &[replica_loc("clusternet-a", "u-1")],
+                "clusternet-a"
+            )
+            .is_ok()
+        );
+    }
 }

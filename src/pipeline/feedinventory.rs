@@ -68,7 +68,7 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         futures::stream::iter(refs)
     });
     let ctx = Arc::new((rt, manifests.store.clone()));
-    crate::clusters::run_controller_with("feedinventory", subs, 4, stop, also, move |sub| {
+    crate::runtime::controller::run_with("feedinventory", subs, 4, stop, also, move |sub| {
         let ctx = ctx.clone();
         async move { reconcile(&ctx.0, &ctx.1.state(), &sub).await }
     })

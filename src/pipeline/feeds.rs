@@ -48,8 +48,13 @@ pub fn find<'a>(
 ) -> Vec<&'a Arc<Manifest>> {
     let mut found: Vec<&Arc<Manifest>> = manifests
         .iter()
+        // a Manifest whose deletion is held back because Subscriptions still use it stays a feed
         .filter(|m| {
-            m.namespace().as_deref() == Some(reserved_ns) && m.metadata.deletion_timestamp.is_none()
+            m.namespace().as_deref() == Some(reserved_ns)
+                && (m.metadata.deletion_timestamp.is_none()
+                    || m.finalizers()
+                        .iter()
+                        .any(|f| f == known::FEED_PROTECTION_FINALIZER))
         })
         .filter(|m| matches(feed, m.labels()))
         .collect();

@@ -4,6 +4,7 @@
 
 pub mod base;
 pub mod feedinventory;
+pub mod feedprotection;
 pub mod feeds;
 pub mod overrides;
 pub mod status;

@@ -14,12 +14,16 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use super::feeds;
 use crate::apis::known;
 use crate::apis::{
-    AggregatedStatus, Description, FeedStatus, FeedStatusPerCluster, ManagedCluster, ReplicaStatus,
-    Subscription,
+    AggregatedStatus, CONDITION_FEEDS_RESOLVED, Description, Feed, FeedStatus,
+    FeedStatusPerCluster, ManagedCluster, Manifest, ReplicaStatus, Subscription,
 };
+use crate::runtime::events::Events;
 use crate::runtime::{Runtime, api_code};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AggregateError {
@@ -33,26 +37,50 @@ pub enum AggregateError {
 
 struct Ctx {
     rt: Runtime,
+    events: Events,
     descriptions: Store<Description>,
     clusters: Store<ManagedCluster>,
+    manifests: Store<Manifest>,
 }
 
 pub async fn run(rt: Runtime, stop: CancellationToken) {
     let subs = rt.cache.watch::<Subscription>();
     let descs = rt.cache.watch::<Description>();
     let clusters = rt.cache.watch::<ManagedCluster>();
-    let also = descs.subscribe().filter_map(|d| async move {
+    let manifests = rt.cache.watch::<Manifest>();
+    if !manifests.ready().await {
+        return;
+    }
+    // a feed created (or deleted) after its Subscription changes what the status says about it
+    let sub_store = subs.store.clone();
+    let reserved = rt.config.reserved_namespace.clone();
+    let from_manifests = manifests.subscribe().flat_map(move |m| {
+        let refs: Vec<ObjectRef<Subscription>> = sub_store
+            .state()
+            .iter()
+            .filter(|s| {
+                m.namespace().as_deref() == Some(reserved.as_str())
+                    && s.spec.feeds.iter().any(|f| feeds::matches(f, m.labels()))
+            })
+            .map(|s| ObjectRef::from_obj(s.as_ref()))
+            .collect();
+        futures::stream::iter(refs)
+    });
+    let from_descs = descs.subscribe().filter_map(|d| async move {
         let l = d.labels();
         let ns = l.get(known::CONFIG_SUBSCRIPTION_NAMESPACE_LABEL)?;
         let name = l.get(known::CONFIG_SUBSCRIPTION_NAME_LABEL)?;
         Some(ObjectRef::<Subscription>::new(name).within(ns))
     });
+    let also = futures::stream::select(from_descs, from_manifests);
     let ctx = Arc::new(Ctx {
+        events: Events::new(rt.client.clone(), known::CLUSTERNET_CONTROLLER_MANAGER_NAME),
         rt,
         descriptions: descs.store.clone(),
         clusters: clusters.store.clone(),
+        manifests: manifests.store.clone(),
     });
-    crate::clusters::run_controller_with("aggregatestatus", subs, 4, stop, also, move |sub| {
+    crate::runtime::controller::run_with("aggregatestatus", subs, 4, stop, also, move |sub| {
         let ctx = ctx.clone();
         async move { reconcile(&ctx, sub).await }
     })
@@ -121,6 +149,68 @@ pub fn object_available(kind: &str, spec_replicas: Option<i64>, observed: Option
             }),
             None => true,
         },
+    }
+}
+
+/// Why a feed cannot be deployed, if it cannot: `(reason, message)`.
+pub fn feed_problem(
+    feed: &Feed,
+    reserved_ns: &str,
+    manifests: &[Arc<Manifest>],
+) -> Option<(&'static str, String)> {
+    if feed.kind == "HelmChart" {
+        return Some((
+            "NotImplemented",
+            format!("feed {feed}: Helm charts are not supported by this build yet"),
+        ));
+    }
+    if feeds::find(feed, reserved_ns, manifests).is_empty() {
+        return Some((
+            "FeedNotFound",
+            format!(
+                "feed {feed} ({}) does not exist: no Manifest for it in {reserved_ns} (send the object through the shadow API, e.g. kubectl clusternet apply -f)",
+                feed.api_version
+            ),
+        ));
+    }
+    None
+}
+
+/// The `FeedsResolved` condition from the feed problems (in feed order); the transition time is
+/// kept while the status does not change.
+pub fn feeds_resolved_condition(
+    problems: &[Option<(&'static str, String)>],
+    previous: &[Condition],
+    now: Timestamp,
+) -> Condition {
+    let bad: Vec<&(&'static str, String)> = problems.iter().flatten().collect();
+    let (status, reason, message) = match bad.first() {
+        None => (
+            "True",
+            "AllFeedsResolved".to_string(),
+            "every feed exists".to_string(),
+        ),
+        Some((reason, _)) => (
+            "False",
+            reason.to_string(),
+            bad.iter()
+                .map(|(_, m)| m.as_str())
+                .collect::<Vec<_>>()
+                .join("; "),
+        ),
+    };
+    let since = previous
+        .iter()
+        .find(|c| c.type_ == CONDITION_FEEDS_RESOLVED && c.status == status)
+        .map(|c| c.last_transition_time.clone())
+        .unwrap_or(Time(now));
+    Condition {
+        type_: CONDITION_FEEDS_RESOLVED.to_string(),
+        status: status.to_string(),
+        reason,
+        message,
+        last_transition_time: since,
+        observed_generation: None,
     }
 }
 
@@ -200,14 +290,28 @@ async fn reconcile(ctx: &Ctx, sub: Arc<Subscription>) -> Result<Action, Aggregat
             }
         }
     }
+    let manifests = ctx.manifests.state();
+    let problems: Vec<Option<(&'static str, String)>> = sub
+        .spec
+        .feeds
+        .iter()
+        .map(|f| feed_problem(f, &ctx.rt.config.reserved_namespace, &manifests))
+        .collect();
     let aggregated: Vec<AggregatedStatus> = sub
         .spec
         .feeds
         .iter()
         .zip(details)
-        .map(|(feed, details)| {
+        .zip(&problems)
+        .map(|((feed, mut details), problem)| {
+            if problem.is_some() {
+                // nothing of it runs anywhere: never report it available
+                for d in &mut details {
+                    d.feed_status.available = false;
+                }
+            }
             let mut summary = FeedStatus {
-                available: details.iter().all(|d| d.feed_status.available),
+                available: problem.is_none() && details.iter().all(|d| d.feed_status.available),
                 ..Default::default()
             };
             for d in &details {
@@ -230,12 +334,31 @@ async fn reconcile(ctx: &Ctx, sub: Arc<Subscription>) -> Result<Action, Aggregat
             }
         })
         .collect();
-    if aggregated == status.aggregated_statuses {
+    let condition = feeds_resolved_condition(&problems, &status.conditions, Timestamp::now());
+    let mut conditions: Vec<Condition> = status
+        .conditions
+        .iter()
+        .filter(|c| c.type_ != CONDITION_FEEDS_RESOLVED)
+        .cloned()
+        .collect();
+    let previous = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == CONDITION_FEEDS_RESOLVED);
+    if condition.status == "False"
+        && previous.is_none_or(|p| p.status != condition.status || p.message != condition.message)
+    {
+        ctx.events
+            .warn(sub.as_ref(), &condition.reason, &condition.message);
+    }
+    conditions.push(condition);
+    if aggregated == status.aggregated_statuses && conditions == status.conditions {
         return Ok(Action::requeue(Duration::from_secs(300)));
     }
     let mut updated = (*sub).clone();
     let mut st = status;
     st.aggregated_statuses = aggregated;
+    st.conditions = conditions;
     updated.status = Some(st);
     let api: Api<Subscription> = Api::namespaced(ctx.rt.client.clone(), &ns);
     match api

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event, finalizer};
@@ -16,15 +17,16 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::apis::known;
 use crate::apis::{
-    Base, BaseSpec, FeedInventory, Localization, LocalizationSpec, OverrideConfig, OverridePolicy,
-    OverrideType, SchedulingStrategy, Subscription,
+    Base, BaseSpec, FeedInventory, Localization, LocalizationSpec, ManagedCluster, OverrideConfig,
+    OverridePolicy, OverrideType, SchedulingStrategy, Subscription,
 };
 use crate::kube_ext::random_suffix;
 use crate::runtime::cache::Expectations;
+use crate::runtime::events::Events;
 use crate::runtime::{Runtime, api_code};
 
 #[derive(Debug, thiserror::Error)]
@@ -48,9 +50,11 @@ pub const FIELD_MANAGER: &str = "clusternet/controller/subscription";
 /// client's rate limit on reads), and the writes of its own the cache may not have seen yet.
 struct Ctx {
     rt: Runtime,
+    events: Events,
     bases: Store<Base>,
     localizations: Store<Localization>,
     namespaces: Store<Namespace>,
+    clusters: Store<ManagedCluster>,
     expectations: Expectations,
 }
 
@@ -68,11 +72,13 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     let bases = rt.cache.watch::<Base>();
     let locs = rt.cache.watch::<Localization>();
     let namespaces = rt.cache.watch::<Namespace>();
+    let clusters = rt.cache.watch::<ManagedCluster>();
     // an empty cache that has not listed yet would look like "no Bases": never decide from it
     for ready in [
         bases.ready().await,
         locs.ready().await,
         namespaces.ready().await,
+        clusters.ready().await,
     ] {
         if !ready {
             return;
@@ -85,13 +91,15 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         Some(kube::runtime::reflector::ObjectRef::new(name).within(ns))
     });
     let ctx = Arc::new(Ctx {
+        events: Events::new(rt.client.clone(), known::CLUSTERNET_CONTROLLER_MANAGER_NAME),
         rt,
         bases: bases.store.clone(),
         localizations: locs.store.clone(),
         namespaces: namespaces.store.clone(),
+        clusters: clusters.store.clone(),
         expectations: Expectations::default(),
     });
-    crate::clusters::run_controller_with("subscription", subs, 8, stop, also, move |sub| {
+    crate::runtime::controller::run_with("subscription", subs, 8, stop, also, move |sub| {
         let ctx = ctx.clone();
         async move { reconcile(&ctx, sub).await }
     })
@@ -258,6 +266,11 @@ async fn populate(ctx: &Ctx, sub: &Subscription) -> Result<Action, SubscriptionE
                         before,
                     );
                     info!(subscription = %key, base = %format!("{cluster_ns}/{}", b.name_any()), "BaseUpdated");
+                    ctx.events.normal(
+                        sub,
+                        "BaseUpdated",
+                        &format!("Base {cluster_ns}/{} is updated successfully", b.name_any()),
+                    );
                     b
                 } else {
                     (*b).clone()
@@ -291,15 +304,35 @@ async fn populate(ctx: &Ctx, sub: &Subscription) -> Result<Action, SubscriptionE
                 ctx.expectations
                     .written(&bases_group(&uid), Some(cluster_ns), &b.name_any(), None);
                 info!(subscription = %key, base = %format!("{cluster_ns}/{}", b.name_any()), "BaseCreated");
+                ctx.events.normal(
+                    sub,
+                    "BaseCreated",
+                    &format!("Base {cluster_ns}/{} is created successfully", b.name_any()),
+                );
                 b
             }
         };
         kept.push((cluster_ns.to_string(), base.name_any()));
         dividing_localizations(ctx, sub, &base, index, inventory.as_ref()).await?;
     }
+    let mut recheck = Duration::from_secs(300);
     for b in &existing {
         let here = (b.namespace().unwrap_or_default(), b.name_any());
         if !kept.contains(&here) && b.metadata.deletion_timestamp.is_none() {
+            let cluster = ctx
+                .clusters
+                .state()
+                .into_iter()
+                .find(|c| c.namespace().as_deref() == Some(here.0.as_str()));
+            if let UnboundBase::Keep { recheck_in, why } = unbound_base_fate(
+                cluster.as_deref(),
+                Timestamp::now(),
+                rt.config.cluster_recovery_grace,
+            ) {
+                debug!(subscription = %key, base = %format!("{}/{}", here.0, here.1), why, "keeping the Base of an unbound cluster");
+                recheck = recheck.min(recheck_in);
+                continue;
+            }
             let bases: Api<Base> = Api::namespaced(rt.client.clone(), &here.0);
             match bases.delete(&here.1, &DeleteParams::background()).await {
                 Ok(_) => {
@@ -316,7 +349,56 @@ async fn populate(ctx: &Ctx, sub: &Subscription) -> Result<Action, SubscriptionE
             }
         }
     }
-    Ok(Action::requeue(Duration::from_secs(300)))
+    Ok(Action::requeue(recheck))
+}
+
+/// What happens to the Base of a cluster the Subscription is no longer bound to.
+#[derive(Debug, PartialEq)]
+pub enum UnboundBase {
+    Delete,
+    Keep {
+        recheck_in: Duration,
+        why: &'static str,
+    },
+}
+
+/// A cluster that is not ready, or only recently Ready again, keeps the Bases it was unbound from:
+/// losing a cluster (a heartbeat hiccup, a partition) must never delete what runs there; its objects
+/// go only once it has been Ready for `grace` and is still unbound (by then the scheduler has had
+/// the chance to bind it again). A cluster that is gone, or was unbound while healthy (relabelled,
+/// say), loses its Bases at once.
+pub fn unbound_base_fate(
+    cluster: Option<&ManagedCluster>,
+    now: Timestamp,
+    grace: Duration,
+) -> UnboundBase {
+    let Some(cluster) = cluster else {
+        return UnboundBase::Delete;
+    };
+    if cluster.metadata.deletion_timestamp.is_some() {
+        return UnboundBase::Delete;
+    }
+    let ready = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.condition(crate::apis::clusters::CONDITION_READY));
+    match ready {
+        Some(c) if c.status == "True" => {
+            let ready_for = now.duration_since(c.last_transition_time.0).unsigned_abs();
+            if ready_for >= grace {
+                UnboundBase::Delete
+            } else {
+                UnboundBase::Keep {
+                    recheck_in: grace - ready_for + Duration::from_millis(100),
+                    why: "the cluster is Ready again only recently",
+                }
+            }
+        }
+        _ => UnboundBase::Keep {
+            recheck_in: grace,
+            why: "the cluster is not ready",
+        },
+    }
 }
 
 /// deployer.md §3: the per-cluster replica count of each workload feed, as a Localization.
@@ -515,4 +597,65 @@ async fn cleanup(ctx: &Ctx, sub: &Subscription) -> Result<Action, SubscriptionEr
         sub: key,
         message: format!("waiting for {} Base(s) to be deleted", bases.len()),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+    fn cluster(ready: Option<(&str, i64)>) -> ManagedCluster {
+        let mut mc: ManagedCluster = serde_json::from_value(json!({
+            "apiVersion": "clusters.clusternet.io/v1beta1", "kind": "ManagedCluster",
+            "metadata": {"name": "c", "namespace": "clusternet-abc"},
+            "spec": {"clusterId": "x", "syncMode": "Pull"}}))
+        .expect("a ManagedCluster");
+        if let Some((status, secs)) = ready {
+            mc.status = Some(crate::apis::ManagedClusterStatus {
+                conditions: vec![Condition {
+                    type_: "Ready".into(),
+                    status: status.into(),
+                    reason: String::new(),
+                    message: String::new(),
+                    last_transition_time: Time(
+                        Timestamp::from_second(secs).unwrap_or(Timestamp::UNIX_EPOCH),
+                    ),
+                    observed_generation: None,
+                }],
+                ..Default::default()
+            });
+        }
+        mc
+    }
+
+    #[test]
+    fn a_lost_cluster_keeps_its_bases_until_it_is_ready_again_for_the_grace() {
+        let grace = Duration::from_secs(60);
+        let now = Timestamp::from_second(10_000).expect("time");
+        // gone: delete
+        assert_eq!(unbound_base_fate(None, now, grace), UnboundBase::Delete);
+        // not ready (Unknown or False): keep, look again after the grace
+        for s in ["Unknown", "False"] {
+            assert!(matches!(
+                unbound_base_fate(Some(&cluster(Some((s, 9_000)))), now, grace),
+                UnboundBase::Keep { recheck_in, .. } if recheck_in == grace
+            ));
+        }
+        // never reported: keep
+        assert!(matches!(
+            unbound_base_fate(Some(&cluster(None)), now, grace),
+            UnboundBase::Keep { .. }
+        ));
+        // Ready again 20 s ago: keep for the remaining 40 s
+        assert!(matches!(
+            unbound_base_fate(Some(&cluster(Some(("True", 9_980)))), now, grace),
+            UnboundBase::Keep { recheck_in, .. }
+                if recheck_in > Duration::from_secs(40) && recheck_in < Duration::from_secs(41)
+        ));
+        // Ready for longer than the grace (unbound while healthy, e.g. relabelled): delete
+        assert_eq!(
+            unbound_base_fate(Some(&cluster(Some(("True", 9_000)))), now, grace),
+            UnboundBase::Delete
+        );
+    }
 }

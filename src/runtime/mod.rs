@@ -4,6 +4,7 @@
 pub mod bus;
 pub mod cache;
 pub mod child;
+pub mod controller;
 pub mod events;
 pub mod health;
 pub mod leader;

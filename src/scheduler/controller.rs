@@ -327,9 +327,7 @@ async fn schedule_one_inner(
         Ok(r) => (r.suggested, "scheduled"),
         Err(e) => {
             let message = binder::truncate_event_message(&e.to_string());
-            events
-                .warn(sub.as_ref(), "FailedScheduling", &message)
-                .await;
+            events.warn(sub.as_ref(), "FailedScheduling", &message);
             if e.should_requeue() {
                 return Err(message);
             }
@@ -371,13 +369,11 @@ async fn schedule_one_inner(
         Err(e) => return Err(format!("writing the binding: {e}")),
     }
     if outcome == "scheduled" {
-        events
-            .normal(
-                sub.as_ref(),
-                "Scheduled",
-                &binder::scheduled_event_message(&sub, &status.binding_clusters),
-            )
-            .await;
+        events.normal(
+            sub.as_ref(),
+            "Scheduled",
+            &binder::scheduled_event_message(&sub, &status.binding_clusters),
+        );
         info!(subscription = %key, clusters = ?status.binding_clusters, "scheduled");
     }
     fwk.run_post_bind(&state, &sub, &target).await;

@@ -57,7 +57,7 @@ for i in 1 2; do
   start_bg "clusternet-agent-child$i" --role=agent --kubeconfig="$DIR/child$i.kubeconfig" \
     --cluster-reg-parent-url="$PARENT_URL" --cluster-reg-token="$(cat "$DIR/bootstrap-token")" \
     --cluster-reg-name="child$i" --cluster-labels="demo=true,region=region-$i" --cluster-sync-mode="$mode" \
-    --cluster-status-update-frequency=20s
+    --cluster-status-update-frequency=20s --predictor-port=$((8080 + i))
 done
 
 say "waiting for both children to be Ready in the parent"

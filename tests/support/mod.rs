@@ -410,6 +410,8 @@ pub fn agent_args(
         "--leader-elect-renew-deadline=3s".to_string(),
         "--leader-elect-retry-period=500ms".to_string(),
         "--cluster-status-collect-frequency=500ms".to_string(),
+        // every agent its own predictor port (several share this host); flags in `extra` win
+        "--predictor-port=0".to_string(),
     ];
     args.extend(extra.iter().map(|s| s.to_string()));
     args

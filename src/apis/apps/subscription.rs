@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{PreferredSchedulingTerm, Toleration, TopologySpreadConstraint};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -270,7 +270,15 @@ pub struct SubscriptionStatus {
     /// AggregatedStatuses has one entry per feed, in spec.feeds order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub aggregated_statuses: Vec<AggregatedStatus>,
+
+    /// Conditions (beyond upstream): `FeedsResolved` says whether every feed exists and can be
+    /// deployed by this build, and if not which one and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
 }
+
+/// Condition type on a Subscription: every feed was found and is of a kind this build deploys.
+pub const CONDITION_FEEDS_RESOLVED: &str = "FeedsResolved";
 
 /// Aggregated status of one feed across the binding clusters.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]

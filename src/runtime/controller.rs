@@ -1,0 +1,181 @@
+//! The one controller runtime every reconciler uses: a kube-runtime controller over a kind of the
+//! shared cache, started after leadership (so it first reconciles everything the cache holds, then
+//! follows changes), with bounded concurrency, metrics, and per-object exponential backoff on
+//! errors (as client-go's default item rate limiter: a broken object is retried soon at first, then
+//! less and less often, and its neighbours are not held up).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::hash::Hash;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::Resource;
+use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::reflector::ObjectRef;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use crate::runtime::cache::Shared;
+
+/// First retry after an error, doubled per consecutive failure up to [`BACKOFF_MAX`].
+pub const BACKOFF_MIN: Duration = Duration::from_millis(500);
+pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
+
+/// Consecutive failures per object; cleared by a successful reconcile.
+#[derive(Default, Clone)]
+pub struct Backoff {
+    failures: Arc<Mutex<HashMap<String, u32>>>,
+}
+
+impl Backoff {
+    /// Records a failure of `key` and returns how long to wait before the next try.
+    pub fn failed(&self, key: &str) -> (Duration, u32) {
+        let mut m = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        let n = m.entry(key.to_string()).or_insert(0);
+        *n = n.saturating_add(1);
+        (delay(*n), *n)
+    }
+
+    pub fn succeeded(&self, key: &str) {
+        let mut m = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        m.remove(key);
+    }
+}
+
+/// The wait after `failures` consecutive failures: 0.5 s, 1 s, 2 s, ... capped at 5 minutes.
+pub fn delay(failures: u32) -> Duration {
+    let exp = failures.saturating_sub(1).min(20);
+    BACKOFF_MIN.saturating_mul(1u32 << exp).min(BACKOFF_MAX)
+}
+
+fn object_key<K: Resource>(obj: &K) -> String {
+    let m = obj.meta();
+    format!(
+        "{}/{}",
+        m.namespace.as_deref().unwrap_or_default(),
+        m.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// [`run_with`] without related kinds.
+pub async fn run<K, R, Fut, E>(
+    name: &'static str,
+    shared: Shared<K>,
+    concurrency: u16,
+    stop: CancellationToken,
+    reconcile: R,
+) where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone + Default + std::fmt::Debug + Unpin + Send + Sync,
+    R: Fn(Arc<K>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Action, E>> + Send + 'static,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    run_with(
+        name,
+        shared,
+        concurrency,
+        stop,
+        futures::stream::empty(),
+        reconcile,
+    )
+    .await
+}
+
+/// Runs `reconcile` for every object of `shared` and for the objects `also` names (changes of
+/// related kinds), until `stop`.
+pub async fn run_with<K, R, Fut, E, S>(
+    name: &'static str,
+    shared: Shared<K>,
+    concurrency: u16,
+    stop: CancellationToken,
+    also: S,
+    reconcile: R,
+) where
+    S: futures::Stream<Item = ObjectRef<K>> + Send + 'static,
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone + Default + std::fmt::Debug + Unpin + Send + Sync,
+    R: Fn(Arc<K>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Action, E>> + Send + 'static,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    if !shared.ready().await {
+        return;
+    }
+    let reconcile = Arc::new(reconcile);
+    let backoff = Backoff::default();
+    let seconds = metrics::histogram!("clusternet_controller_reconcile_duration_seconds", "controller" => name);
+    let (tick_tx, tick_rx) = futures::channel::mpsc::unbounded::<()>();
+    let _ = tick_tx.unbounded_send(());
+    let on_error = backoff.clone();
+    Controller::for_shared_stream(shared.subscribe(), shared.store.clone())
+        .with_config(controller::Config::default().concurrency(concurrency))
+        .reconcile_all_on(tick_rx)
+        .reconcile_on(also)
+        .graceful_shutdown_on(async move { stop.cancelled().await })
+        .run(
+            move |obj, _ctx: Arc<()>| {
+                let reconcile = reconcile.clone();
+                let seconds = seconds.clone();
+                let backoff = backoff.clone();
+                async move {
+                    let start = std::time::Instant::now();
+                    let key = object_key(obj.as_ref());
+                    let r = reconcile(obj).await;
+                    seconds.record(start.elapsed().as_secs_f64());
+                    if r.is_ok() {
+                        backoff.succeeded(&key);
+                    }
+                    r
+                }
+            },
+            move |obj, err: &E, _ctx| {
+                let (wait, failures) = on_error.failed(&object_key(obj.as_ref()));
+                // the first failures are often a race with another writer; say it loudly only
+                // when it keeps failing
+                if failures <= 1 || failures.is_power_of_two() {
+                    warn!(controller = name, object = %object_key(obj.as_ref()), error = %err, failures, retry_in = ?wait, "reconcile failed; retrying");
+                } else {
+                    debug!(controller = name, object = %object_key(obj.as_ref()), error = %err, failures, retry_in = ?wait, "reconcile failed; retrying");
+                }
+                metrics::counter!("clusternet_controller_reconcile_errors_total", "controller" => name).increment(1);
+                Action::requeue(wait)
+            },
+            Arc::new(()),
+        )
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                debug!(controller = name, error = %e, "controller event");
+            }
+        })
+        .await;
+    drop(tick_tx);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_back_off_exponentially_up_to_a_cap() {
+        assert_eq!(delay(1), Duration::from_millis(500));
+        assert_eq!(delay(2), Duration::from_secs(1));
+        assert_eq!(delay(3), Duration::from_secs(2));
+        assert_eq!(delay(10), Duration::from_secs(256));
+        assert_eq!(delay(11), BACKOFF_MAX);
+        assert_eq!(delay(u32::MAX), BACKOFF_MAX);
+    }
+
+    #[test]
+    fn success_resets_an_objects_backoff_and_others_are_independent() {
+        let b = Backoff::default();
+        assert_eq!(b.failed("a/x").1, 1);
+        assert_eq!(b.failed("a/x").1, 2);
+        assert_eq!(b.failed("a/y").1, 1);
+        b.succeeded("a/x");
+        assert_eq!(b.failed("a/x"), (BACKOFF_MIN, 1));
+        assert_eq!(b.failed("a/y").1, 2);
+    }
+}
