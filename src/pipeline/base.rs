@@ -262,9 +262,12 @@ async fn render(ctx: &Ctx, base: &Base) -> Result<Action, BaseError> {
         let found = feeds::find(feed, &reserved, &manifests);
         if found.is_empty() {
             let message = format!("Base {key} is using a nonexistent {feed}");
+            // the other feeds still deploy; the Subscription's FeedsResolved condition and
+            // aggregated status say this one is missing, and its creation re-renders this Base
             ctx.events
                 .warn(base, &format!("Nonexistent{}", feed.kind), &message);
-            return Err(BaseError::Feed { base: key, message });
+            problems.push(message);
+            continue;
         }
         for m in found {
             let template = &m.spec.template;
@@ -415,7 +418,7 @@ async fn render(ctx: &Ctx, base: &Base) -> Result<Action, BaseError> {
     if problems.is_empty() {
         Ok(Action::requeue(Duration::from_secs(300)))
     } else {
-        Ok(Action::requeue(Duration::from_secs(10)))
+        Ok(Action::requeue(Duration::from_secs(60)))
     }
 }
 

@@ -7,5 +7,6 @@ pub mod feedinventory;
 pub mod feedprotection;
 pub mod feeds;
 pub mod overrides;
+pub mod serviceimport;
 pub mod status;
 pub mod subscription;

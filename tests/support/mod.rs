@@ -889,3 +889,76 @@ pub async fn wait_app_removed(child: &kube::Client, appns: &str) {
     )
     .await;
 }
+
+// ---- a TCP fault proxy between a process and an API server ----
+
+/// A loopback TCP proxy in front of `target` that can cut the link: while cut, open connections
+/// are reset and new ones closed at once, as when a child's API server stalls or its network
+/// drops, while everything else (the parent) stays reachable.
+pub struct FaultProxy {
+    pub port: u16,
+    cut: tokio::sync::watch::Sender<bool>,
+}
+
+impl FaultProxy {
+    pub async fn start(target: std::net::SocketAddr) -> FaultProxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("binding the fault proxy");
+        let port = listener.local_addr().expect("proxy address").port();
+        let (cut, watch) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let mut cut_now = watch.clone();
+                if *cut_now.borrow() {
+                    drop(inbound);
+                    continue;
+                }
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = cut_now.wait_for(|c| *c) => {}
+                    }
+                });
+            }
+        });
+        FaultProxy { port, cut }
+    }
+
+    pub fn cut(&self) {
+        let _ = self.cut.send(true);
+    }
+
+    pub fn restore(&self) {
+        let _ = self.cut.send(false);
+    }
+
+    /// A copy of `kubeconfig` whose server goes through this proxy (the API server's certificate
+    /// names 127.0.0.1, so TLS still verifies).
+    pub fn kubeconfig_through(&self, kubeconfig: &Path, out: &Path) {
+        let text = std::fs::read_to_string(kubeconfig).expect("reading the kubeconfig");
+        let server = kubeconfig_server(kubeconfig);
+        let rewritten = text.replace(
+            &format!("server: https://{server}"),
+            &format!("server: https://127.0.0.1:{}", self.port),
+        );
+        std::fs::write(out, rewritten).expect("writing the proxied kubeconfig");
+    }
+}
+
+/// The API server address (`127.0.0.1:<port>`) a kubeconfig points at.
+pub fn kubeconfig_server(kubeconfig: &Path) -> std::net::SocketAddr {
+    let text = std::fs::read_to_string(kubeconfig).expect("reading the kubeconfig");
+    let port = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: https://127.0.0.1:"))
+        .expect("a loopback server in the kubeconfig")
+        .trim()
+        .to_string();
+    format!("127.0.0.1:{port}")
+        .parse()
+        .expect("a socket address")
+}
