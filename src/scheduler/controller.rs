@@ -22,6 +22,7 @@ use super::{FilterOffset, PredictorClient, Profiles, Registry, binder, labels};
 use crate::apis::known;
 use crate::apis::{
     FeedInventory, ManagedCluster, ReplicaRequirements, SchedulingStrategy, Subscription,
+    SubscriptionStatus,
 };
 use crate::runtime::events::Events;
 use crate::runtime::{Runtime, api_code};
@@ -203,6 +204,14 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         })
     };
     let events = Events::new(rt.client.clone(), "clusternet-scheduler");
+    let binder = AsyncBinder {
+        rt: rt.clone(),
+        profiles: profiles.clone(),
+        queue: queue.clone(),
+        events: events.clone(),
+        permits: Arc::new(tokio::sync::Semaphore::new(BIND_PARALLELISM)),
+        in_flight: Arc::default(),
+    };
     let mut offset = FilterOffset::default();
     info!("scheduler ready");
     loop {
@@ -210,9 +219,11 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
             _ = stop.cancelled() => break,
             k = queue.pop() => k,
         };
+        if binder.defer_if_busy(&key) {
+            continue;
+        }
         let start = Instant::now();
         let result = schedule_one(
-            &rt,
             &profiles,
             &subs.store,
             &clusters.store,
@@ -223,8 +234,14 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         )
         .await;
         let outcome = match result {
-            Ok(o) => {
+            Ok(Decided::Done(o)) => {
                 queue.forget(&key);
+                o
+            }
+            Ok(Decided::Bind(b)) => {
+                queue.forget(&key);
+                let o = b.outcome;
+                binder.spawn(key.clone(), b);
                 o
             }
             Err(e) => {
@@ -243,7 +260,6 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
 // the higher-ranked ones a spawned caller would need).
 #[allow(clippy::too_many_arguments)]
 fn schedule_one<'a>(
-    rt: &'a Runtime,
     profiles: &'a Profiles,
     subs: &'a Store<Subscription>,
     clusters: &'a Store<ManagedCluster>,
@@ -251,9 +267,8 @@ fn schedule_one<'a>(
     events: &'a Events,
     offset: &'a mut FilterOffset,
     key: &'a str,
-) -> BoxFuture<'a, Result<&'static str, String>> {
+) -> BoxFuture<'a, Result<Decided, String>> {
     Box::pin(schedule_one_inner(
-        rt,
         profiles,
         subs,
         clusters,
@@ -266,7 +281,6 @@ fn schedule_one<'a>(
 
 #[allow(clippy::too_many_arguments)]
 async fn schedule_one_inner(
-    rt: &Runtime,
     profiles: &Profiles,
     subs: &Store<Subscription>,
     clusters: &Store<ManagedCluster>,
@@ -274,23 +288,23 @@ async fn schedule_one_inner(
     events: &Events,
     offset: &mut FilterOffset,
     key: &str,
-) -> Result<&'static str, String> {
+) -> Result<Decided, String> {
     let Some((ns, name)) = key.split_once('/') else {
-        return Ok("dropped");
+        return Ok(Decided::Done("dropped"));
     };
     let Some(sub) = subs
         .state()
         .into_iter()
         .find(|s| s.namespace().as_deref() == Some(ns) && s.name_any() == name)
     else {
-        return Ok("dropped");
+        return Ok(Decided::Done("dropped"));
     };
     if sub.metadata.deletion_timestamp.is_some() {
-        return Ok("dropped");
+        return Ok(Decided::Done("dropped"));
     }
     let Some(fwk) = profiles.for_subscription(&sub) else {
         warn!(subscription = %key, scheduler = %sub.spec.effective_scheduler_name(), "no scheduler profile of that name");
-        return Ok("dropped");
+        return Ok(Decided::Done("dropped"));
     };
     let inventory = if sub.spec.effective_scheduling_strategy() == SchedulingStrategy::Dividing {
         let inv = inventories
@@ -299,18 +313,18 @@ async fn schedule_one_inner(
             .find(|i| i.namespace().as_deref() == Some(ns) && i.name_any() == name);
         let Some(inv) = inv else {
             debug!(subscription = %key, "waiting for its FeedInventory");
-            return Ok("dropped");
+            return Ok(Decided::Done("dropped"));
         };
         if !binder::feeds_match_inventory(&sub, &inv) {
             debug!(subscription = %key, "FeedInventory does not match the feeds yet");
-            return Ok("dropped");
+            return Ok(Decided::Done("dropped"));
         }
         Some((*inv).clone())
     } else {
         None
     };
     if !binder::needs_scheduling(&sub, inventory.as_ref()) {
-        return Ok("unchanged");
+        return Ok(Decided::Done("unchanged"));
     }
     let all: Vec<ManagedCluster> = clusters.state().iter().map(|c| (**c).clone()).collect();
     let state = CycleState::new();
@@ -350,37 +364,128 @@ async fn schedule_one_inner(
         .map_err(|e| e.to_string())?
     {
         BindOutcome::PatchStatus(status) => status,
-        BindOutcome::Bound => return Ok(outcome),
+        BindOutcome::Bound => return Ok(Decided::Done(outcome)),
     };
     if sub.status.as_ref() == Some(&status) {
-        return Ok(outcome);
+        return Ok(Decided::Done(outcome));
     }
-    let mut updated = (*sub).clone();
-    updated.status = Some(status.clone());
-    let api: Api<Subscription> = Api::namespaced(rt.client.clone(), ns);
-    match api
-        .replace_status(name, &PostParams::default(), &updated)
-        .await
-    {
-        Ok(_) => {}
-        Err(e) if api_code(&e) == Some(409) => {
-            return Err("the Subscription changed meanwhile".into());
+    // the write, its event and PostBind run beside the loop (AsyncBinder): the next decision
+    // does not wait for them
+    Ok(Decided::Bind(Box::new(Binding {
+        sub,
+        status,
+        state,
+        target,
+        outcome,
+    })))
+}
+
+/// What one scheduling cycle decided.
+enum Decided {
+    /// Nothing to write (unchanged, dropped, ...): the outcome label.
+    Done(&'static str),
+    /// A new binding to write.
+    Bind(Box<Binding>),
+}
+
+struct Binding {
+    sub: Arc<Subscription>,
+    status: SubscriptionStatus,
+    state: CycleState,
+    target: TargetClusters,
+    outcome: &'static str,
+}
+
+/// Writes bindings concurrently (at most [`BIND_PARALLELISM`] at once) while the loop goes on
+/// deciding, as upstream's scheduler binds asynchronously. A Subscription has at most one write in
+/// flight; when it is enqueued meanwhile, it is scheduled again after that write, so its writes
+/// stay in order and each decision starts from the last binding.
+#[derive(Clone)]
+struct AsyncBinder {
+    rt: Runtime,
+    profiles: Arc<Profiles>,
+    queue: Arc<SchedulingQueue>,
+    events: Events,
+    permits: Arc<tokio::sync::Semaphore>,
+    /// key -> enqueued again while its write was in flight
+    in_flight: Arc<std::sync::Mutex<HashMap<String, bool>>>,
+}
+
+const BIND_PARALLELISM: usize = 16;
+
+impl AsyncBinder {
+    fn in_flight(&self) -> std::sync::MutexGuard<'_, HashMap<String, bool>> {
+        self.in_flight.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether `key` has a write in flight; if so it is scheduled again once that is done.
+    fn defer_if_busy(&self, key: &str) -> bool {
+        match self.in_flight().get_mut(key) {
+            Some(again) => {
+                *again = true;
+                true
+            }
+            None => false,
         }
-        Err(e) => return Err(format!("writing the binding: {e}")),
     }
-    if outcome == "scheduled" {
-        events.normal(
-            sub.as_ref(),
-            "Scheduled",
-            &binder::scheduled_event_message(&sub, &status.binding_clusters),
-        );
-        info!(subscription = %key, clusters = ?status.binding_clusters, "scheduled");
-    }
-    fwk.run_post_bind(&state, &sub, &target).await;
-    rt.bus
-        .publish(crate::runtime::bus::Hint::SubscriptionBound {
-            namespace: ns.to_string(),
-            name: name.to_string(),
+
+    fn spawn(&self, key: String, b: Box<Binding>) {
+        self.in_flight().insert(key.clone(), false);
+        let this = self.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let permit = this.permits.clone().acquire_owned().await;
+            let result = this.bind(&key, &b).await;
+            drop(permit);
+            metrics::histogram!("clusternet_scheduler_binding_duration_seconds")
+                .record(started.elapsed().as_secs_f64());
+            let again = this.in_flight().remove(&key).unwrap_or(false);
+            let priority = b.sub.spec.priority.unwrap_or(0);
+            match result {
+                Ok(()) if again => this.queue.add(&key, priority),
+                Ok(()) => {}
+                Err(e) => {
+                    let delay = this.queue.add_backoff(&key);
+                    metrics::counter!("clusternet_scheduler_binding_errors_total").increment(1);
+                    warn!(subscription = %key, error = %e, retry_in = ?delay, "writing the binding failed");
+                }
+            }
         });
-    Ok(outcome)
+    }
+
+    async fn bind(&self, key: &str, b: &Binding) -> Result<(), String> {
+        let ns = b.sub.namespace().unwrap_or_default();
+        let name = b.sub.name_any();
+        let mut updated = (*b.sub).clone();
+        updated.status = Some(b.status.clone());
+        let api: Api<Subscription> = Api::namespaced(self.rt.client.clone(), &ns);
+        match api
+            .replace_status(&name, &PostParams::default(), &updated)
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if api_code(&e) == Some(409) => {
+                return Err("the Subscription changed meanwhile".into());
+            }
+            Err(e) => return Err(format!("writing the binding: {e}")),
+        }
+        if b.outcome == "scheduled" {
+            self.events.normal(
+                b.sub.as_ref(),
+                "Scheduled",
+                &binder::scheduled_event_message(&b.sub, &b.status.binding_clusters),
+            );
+            info!(subscription = %key, clusters = ?b.status.binding_clusters, "scheduled");
+        }
+        if let Some(fwk) = self.profiles.for_subscription(&b.sub) {
+            fwk.run_post_bind(&b.state, &b.sub, &b.target).await;
+        }
+        self.rt
+            .bus
+            .publish(crate::runtime::bus::Hint::SubscriptionBound {
+                namespace: ns,
+                name,
+            });
+        Ok(())
+    }
 }
