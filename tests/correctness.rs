@@ -489,6 +489,31 @@ async fn objects_two_subscriptions_share_stay_until_both_are_gone() {
     )
     .await;
     let cm_uid = config_uid(&c.child, &appns).await.expect("the ConfigMap");
+    // upstream's Normal events, recorded in the cluster's namespace: on the Base by the
+    // controller, on the Description by the agent that deployed it
+    wait_for(
+        "DescriptionCreated and SuccessfullyDeployed events",
+        Duration::from_secs(30),
+        || async {
+            let reasons: Vec<String> = Api::<Event>::namespaced(parent.clone(), &c.dedicated)
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?
+                .items
+                .into_iter()
+                .filter_map(|e| e.reason)
+                .collect();
+            if ["DescriptionCreated", "SuccessfullyDeployed"]
+                .iter()
+                .all(|r| reasons.iter().any(|x| x == r))
+            {
+                Ok(())
+            } else {
+                Err(format!("{reasons:?}"))
+            }
+        },
+    )
+    .await;
     let ns_uid = Api::<Namespace>::all(c.child.clone())
         .get(&appns)
         .await

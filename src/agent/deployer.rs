@@ -20,11 +20,13 @@ use crate::deployer::description::{self, DeployError};
 use crate::deployer::generic::ChildCluster;
 use crate::deployer::who;
 use crate::runtime::controller::Backoff;
+use crate::runtime::events::Events;
 use crate::runtime::{self, Runtime};
 
 pub const FIELD_MANAGER: &str = "clusternet/agent/deployer";
 
 struct Pull {
+    events: Events,
     child: Arc<ChildCluster>,
     api: Api<Description>,
     store: kube::runtime::reflector::Store<Description>,
@@ -68,6 +70,8 @@ pub async fn run(rt: &Runtime, reg: &Registration, stop: CancellationToken) {
     let store = controller.store();
     let backoff = Backoff::default();
     let ctx = Arc::new(Pull {
+        // events about Descriptions go to the parent, as upstream's agent records them
+        events: Events::new(reg.parent.clone(), "clusternet-agent"),
         child,
         api,
         store,
@@ -79,7 +83,14 @@ pub async fn run(rt: &Runtime, reg: &Registration, stop: CancellationToken) {
         .run(
             |desc, ctx: Arc<Pull>| async move {
                 let key = kube::ResourceExt::name_any(desc.as_ref());
-                let r = description::reconcile(&ctx.child, &ctx.api, desc, &ctx.store.state()).await;
+                let r = description::reconcile(
+                    &ctx.child,
+                    &ctx.api,
+                    desc,
+                    &ctx.store.state(),
+                    &ctx.events,
+                )
+                .await;
                 if r.is_ok() {
                     ctx.backoff.succeeded(&key);
                 }

@@ -15,6 +15,7 @@ use super::generic::ChildCluster;
 use crate::apis::known;
 use crate::apis::{Description, DescriptionDeployer, DescriptionPhase, DescriptionStatus};
 use crate::runtime::api_code;
+use crate::runtime::events::Events;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DeployError {
@@ -75,6 +76,7 @@ pub async fn reconcile(
     api: &Api<Description>,
     desc: Arc<Description>,
     siblings: &[Arc<Description>],
+    events: &Events,
 ) -> Result<Action, DeployError> {
     let elsewhere = super::generic::wanted_elsewhere(&desc, siblings.iter().map(|d| d.as_ref()));
     if desc.spec.deployer != DescriptionDeployer::Generic {
@@ -85,13 +87,13 @@ pub async fn reconcile(
         if !desc.finalizers().iter().any(|f| f == known::APP_FINALIZER) {
             return Ok(Action::await_change());
         }
-        child
-            .offload(&desc, &elsewhere)
-            .await
-            .map_err(|message| DeployError::Offload {
+        if let Err(message) = child.offload(&desc, &elsewhere).await {
+            events.warn(desc.as_ref(), "FailedDeletingDescription", &message);
+            return Err(DeployError::Offload {
                 desc: key(&desc),
                 message,
-            })?;
+            });
+        }
         info!(description = %key(&desc), "deleted its objects from the child");
         release_finalizer(api, &desc).await?;
         return Ok(Action::await_change());
@@ -113,8 +115,14 @@ pub async fn reconcile(
     if status != previous {
         if failed && previous.reason != status.reason {
             warn!(description = %key(&desc), reason = %status.reason, "UnSuccessfullyDeployed");
+            events.warn(desc.as_ref(), "UnSuccessfullyDeployed", &status.reason);
         } else if !failed && previous.phase != Some(DescriptionPhase::Success) {
             info!(description = %key(&desc), "SuccessfullyDeployed");
+            events.normal(
+                desc.as_ref(),
+                "SuccessfullyDeployed",
+                &format!("Description {} is deployed successfully", key(&desc)),
+            );
         }
         let mut updated = (*desc).clone();
         updated.status = Some(status);

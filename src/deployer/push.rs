@@ -26,6 +26,7 @@ use super::who;
 use crate::apis::known;
 use crate::apis::{Description, ManagedCluster};
 use crate::runtime::child::ProxyAvailability;
+use crate::runtime::events::Events;
 use crate::runtime::{self, Runtime};
 
 pub const FIELD_MANAGER: &str = "clusternet/controller/deployer";
@@ -42,6 +43,7 @@ pub enum PushError {
 
 struct Ctx {
     rt: Runtime,
+    events: Events,
     clusters: Store<ManagedCluster>,
     descriptions: Store<Description>,
     /// Every cluster's `child-cluster-deployer` Secret (a watch of that name only).
@@ -63,6 +65,7 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         return;
     }
     let ctx = Arc::new(Ctx {
+        events: Events::new(rt.client.clone(), known::CLUSTERNET_CONTROLLER_MANAGER_NAME),
         rt,
         clusters: clusters.store.clone(),
         descriptions: descs.store.clone(),
@@ -192,5 +195,5 @@ async fn reconcile(ctx: &Ctx, desc: Arc<Description>) -> Result<Action, PushErro
     let siblings = ctx
         .descriptions
         .state_filter(|d| d.namespace().as_deref() == Some(ns.as_str()));
-    Ok(description::reconcile(&child, &api, desc, &siblings).await?)
+    Ok(description::reconcile(&child, &api, desc, &siblings, &ctx.events).await?)
 }
