@@ -55,14 +55,9 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     let sub_store = subs.store.clone();
     let reserved = rt.config.reserved_namespace.clone();
     let also = manifests.subscribe().flat_map(move |m| {
-        let refs: Vec<ObjectRef<Subscription>> = sub_store
-            .state()
-            .iter()
+        let subs = sub_store.state();
+        let refs: Vec<ObjectRef<Subscription>> = feeds::subscriptions_using(&m, &reserved, &subs)
             .filter(|s| s.spec.scheduling_strategy == Some(SchedulingStrategy::Dividing))
-            .filter(|s| {
-                m.namespace().as_deref() == Some(reserved.as_str())
-                    && s.spec.feeds.iter().any(|f| feeds::matches(f, m.labels()))
-            })
             .map(|s| ObjectRef::from_obj(s.as_ref()))
             .collect();
         futures::stream::iter(refs)

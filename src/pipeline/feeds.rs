@@ -8,7 +8,7 @@ use std::sync::Arc;
 use kube::ResourceExt;
 
 use crate::apis::known;
-use crate::apis::{Feed, Manifest};
+use crate::apis::{Feed, Manifest, Subscription};
 
 /// `apps/v1` -> (`apps`, `v1`); `v1` -> (``, `v1`).
 pub fn group_version(api_version: &str) -> (&str, &str) {
@@ -37,6 +37,18 @@ pub fn matches(feed: &Feed, labels: &BTreeMap<String, String>) -> bool {
     manifest_selector(feed)
         .iter()
         .all(|(k, v)| labels.get(*k) == Some(v))
+}
+
+/// The Subscriptions among `subs` that use Manifest `m` as a feed (none when `m` is not in the
+/// reserved namespace, where feeds live).
+pub fn subscriptions_using<'a>(
+    m: &'a Manifest,
+    reserved_ns: &'a str,
+    subs: &'a [Arc<Subscription>],
+) -> impl Iterator<Item = &'a Arc<Subscription>> + 'a {
+    let here = m.namespace().as_deref() == Some(reserved_ns);
+    subs.iter()
+        .filter(move |s| here && s.spec.feeds.iter().any(|f| matches(f, m.labels())))
 }
 
 /// The Manifests of a feed among `manifests` (the reserved namespace's), oldest first so "the

@@ -55,13 +55,8 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     let sub_store = subs.store.clone();
     let reserved = rt.config.reserved_namespace.clone();
     let from_manifests = manifests.subscribe().flat_map(move |m| {
-        let refs: Vec<ObjectRef<Subscription>> = sub_store
-            .state()
-            .iter()
-            .filter(|s| {
-                m.namespace().as_deref() == Some(reserved.as_str())
-                    && s.spec.feeds.iter().any(|f| feeds::matches(f, m.labels()))
-            })
+        let subs = sub_store.state();
+        let refs: Vec<ObjectRef<Subscription>> = feeds::subscriptions_using(&m, &reserved, &subs)
             .map(|s| ObjectRef::from_obj(s.as_ref()))
             .collect();
         futures::stream::iter(refs)
