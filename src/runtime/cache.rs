@@ -13,7 +13,7 @@ use std::fmt::Debug;
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource};
@@ -158,6 +158,13 @@ impl SharedCache {
         let api: Api<K> = Api::all(self.client.clone());
         let stream = watcher(api, config.any_semantic())
             .default_backoff()
+            // managedFields are often the larger half of an object and nothing here reads them
+            // from the cache (an update that omits them leaves the server's untouched)
+            .map_ok(|ev| {
+                ev.modify(|o| {
+                    o.meta_mut().managed_fields = None;
+                })
+            })
             .reflect(writer)
             .touched_objects();
         let sender = changes.clone();
