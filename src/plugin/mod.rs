@@ -128,14 +128,9 @@ fn validate(own: &OwnFlags) -> Result<Option<(String, String)>, PluginError> {
 
 /// Upstream prints its build information as indented JSON.
 fn version_json() -> String {
-    let arch = match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        other => other,
-    };
     let info = serde_json::json!({
         "gitVersion": format!("v{}", env!("CARGO_PKG_VERSION")),
-        "platform": format!("{}/{arch}", std::env::consts::OS),
+        "platform": crate::platform(),
     });
     serde_json::to_string_pretty(&info).unwrap_or_default()
 }
