@@ -736,3 +736,164 @@ async fn a_restarted_hub_gets_every_agent_back_and_loses_nothing() {
             .await;
     }
 }
+
+async fn delete_manifests(parent: &kube::Client, names: &[String]) {
+    for m in names {
+        let _ = Api::<Manifest>::namespaced(parent.clone(), RESERVED)
+            .delete(m, &DeleteParams::default())
+            .await;
+    }
+}
+
+/// `kubectl describe` lists Events with an `involvedObject.*` field selector; the shadow API
+/// filters the transformed objects instead of answering 500, so describe works and shows the
+/// Events that belong to the object.
+#[tokio::test]
+async fn kubectl_clusternet_describe_and_field_selectors() {
+    let _shared = HUB_LOCK.read().await;
+    let env = TestEnv::get();
+    env.with_hub();
+    let parent = env.parent().await;
+    let ns = format!("describe-{}", uid());
+    let out = env.plugin_with_stdin(
+        &["apply", "-f", "-"],
+        Some(&deployment_yaml(&ns, "web", 2, "nginx:1.25")),
+    );
+    assert!(out.status.success(), "apply: {}", stderr(&out));
+    let out = env.plugin(&[
+        "get",
+        "deploy",
+        "web",
+        "-n",
+        &ns,
+        "-o",
+        "jsonpath={.metadata.uid}",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let web_uid = stdout(&out);
+    assert!(!web_uid.is_empty());
+
+    let event = |name: &str, object: &str, uid: &str, reason: &str| {
+        format!(
+            // the parent refuses an Event whose involvedObject is in another namespace than
+            // the dry run's (the reserved one), so these skip the dry run
+            "apiVersion: v1\nkind: Event\nmetadata: {{name: {name}, namespace: {ns}, \
+             annotations: {{apps.clusternet.io/skip-validating: \"true\"}}}}\n\
+             involvedObject: {{apiVersion: apps/v1, kind: Deployment, name: {object}, namespace: {ns}, uid: \"{uid}\"}}\n\
+             reason: {reason}\nmessage: {reason} happened\ntype: Normal\n\
+             source: {{component: test}}\nfirstTimestamp: \"2026-01-01T00:00:00Z\"\n\
+             lastTimestamp: \"2026-01-01T00:00:00Z\"\ncount: 1\n"
+        )
+    };
+    let out = env.plugin_with_stdin(
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "{}---\n{}",
+            event("web.1", "web", &web_uid, "WebScaled"),
+            event("api.1", "api", "other-uid", "ApiScaled")
+        )),
+    );
+    assert!(out.status.success(), "apply events: {}", stderr(&out));
+
+    let out = env.plugin(&["describe", "deploy", "web", "-n", &ns]);
+    let (o, e) = (stdout(&out), stderr(&out));
+    assert!(out.status.success(), "describe: {e}");
+    assert!(!e.contains("ERROR") && !o.contains("ERROR"), "{o}\n{e}");
+    assert!(o.contains("Name:") && o.contains("web"), "{o}");
+    assert!(o.contains("nginx:1.25"), "{o}");
+    assert!(o.contains("WebScaled"), "its own Event: {o}");
+    assert!(!o.contains("ApiScaled"), "another object's Event: {o}");
+
+    // field selectors on lists, other than metadata.name
+    let out = env.plugin(&[
+        "get",
+        "events",
+        "-n",
+        &ns,
+        "--field-selector",
+        "involvedObject.name=api",
+        "-o",
+        "name",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "event/api.1");
+    let out = env.plugin(&[
+        "get",
+        "events",
+        "-n",
+        &ns,
+        "--field-selector",
+        "involvedObject.name!=api,metadata.namespace="
+            .to_string()
+            .as_str(),
+        "-o",
+        "name",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out).trim(),
+        "",
+        "namespaced Events have a namespace"
+    );
+    let out = env.plugin(&[
+        "get",
+        "events",
+        "-A",
+        "--field-selector",
+        &format!("metadata.namespace={ns},reason=WebScaled"),
+        "-o",
+        "name",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "event/web.1");
+    // and on watches: only the matching object's events arrive
+    let shadow_events = kube::api::ApiResource {
+        group: "shadow".into(),
+        version: "v1alpha1".into(),
+        api_version: "shadow/v1alpha1".into(),
+        kind: "Event".into(),
+        plural: "events".into(),
+    };
+    let events: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(parent.clone(), &ns, &shadow_events);
+    let wp = kube::api::WatchParams::default()
+        .fields("involvedObject.name=api")
+        .timeout(3);
+    let stream = events.watch(&wp, "0").await.expect("a shadow watch");
+    use futures::StreamExt;
+    let seen: Vec<String> = stream
+        .filter_map(|ev| async move {
+            match ev {
+                Ok(kube::api::WatchEvent::Added(o)) => o.metadata.name,
+                _ => None,
+            }
+        })
+        .collect()
+        .await;
+    assert_eq!(seen, vec!["api.1".to_string()]);
+
+    // a malformed selector is the caller's mistake, not the server's
+    let (code, body) = raw(
+        &parent,
+        "GET",
+        &format!("/apis/shadow/v1alpha1/namespaces/{ns}/events?fieldSelector=involvedObject.name"),
+        "application/json",
+        vec![],
+    )
+    .await;
+    assert_eq!(code, 400, "{body}");
+    let status: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    assert_eq!(status["kind"], json!("Status"), "{body}");
+    assert_eq!(status["reason"], json!("BadRequest"), "{body}");
+
+    delete_manifests(
+        &parent,
+        &[
+            format!("deployments.{ns}.web"),
+            format!("events.{ns}.web.1"),
+            format!("events.{ns}.api.1"),
+        ],
+    )
+    .await;
+}
+

@@ -768,23 +768,25 @@ async fn delete(
     }
 }
 
+/// The Manifest label selector, the field terms left for the transformed objects, and the
+/// requested resource version. A malformed selector is the caller's mistake: 400.
 fn list_params(
     t: &Target,
     q: &BTreeMap<String, String>,
-) -> Result<(String, Option<String>), ApiError> {
+) -> Result<(model::ListSelectors, Option<String>), ApiError> {
     let ns = if t.resource.namespaced {
         t.namespace.as_deref()
     } else {
         None
     };
-    let selector = model::list_label_selector(
+    let selectors = model::list_selectors(
         q.get("labelSelector").map(String::as_str),
         q.get("fieldSelector").map(String::as_str),
         &t.resource.kind,
         ns,
     )
-    .map_err(|e| ApiError::internal(e.to_string()))?;
-    Ok((selector, q.get("resourceVersion").cloned()))
+    .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    Ok((selectors, q.get("resourceVersion").cloned()))
 }
 
 async fn list(
@@ -792,9 +794,9 @@ async fn list(
     t: &Target,
     q: &BTreeMap<String, String>,
 ) -> Result<Value, ApiError> {
-    let (selector, rv) = list_params(t, q)?;
+    let (selectors, rv) = list_params(t, q)?;
     let lp = ListParams {
-        label_selector: Some(selector),
+        label_selector: Some(selectors.label_selector),
         limit: q.get("limit").and_then(|v| v.parse().ok()),
         continue_token: q.get("continue").cloned().filter(|s| !s.is_empty()),
         resource_version: rv.filter(|s| !s.is_empty()),
@@ -806,7 +808,12 @@ async fn list(
         .map_err(|e| ApiError::from_kube(&e))?;
     let mut items = Vec::with_capacity(list.items.len());
     for m in &list.items {
-        items.push(transform(m)?);
+        let obj = transform(m)?;
+        // a page may come back shorter than `limit`; the continue token still resumes after
+        // the last Manifest read, which clients handle as the API server's own short pages
+        if selectors.fields.matches(&obj) {
+            items.push(obj);
+        }
     }
     Ok(model::list_object(
         &api_version(&t.resource),
@@ -907,9 +914,10 @@ pub async fn watch(
     let q = query_map(query);
     // `kubectl get -w` asks for Table events; every event then carries a one-row Table
     let table = wants_table(headers).then(|| printer(api, &t.resource));
-    let (selector, rv) = list_params(t, &q)?;
+    let (selectors, rv) = list_params(t, &q)?;
+    let fields = selectors.fields;
     let wp = WatchParams {
-        label_selector: Some(selector),
+        label_selector: Some(selectors.label_selector),
         // the parent ends the Manifest watch before our client's read timeout would, so the
         // caller sees a clean end of stream and simply watches again
         timeout: Some(
@@ -931,23 +939,33 @@ pub async fn watch(
         .map_err(|e| ApiError::from_kube(&e))?;
     let kind = t.resource.kind.clone();
     let av = api_version(&t.resource);
-    let events = stream.map(move |ev| {
+    let events = stream.filter_map(move |ev| {
+        // objects outside the field selector are not the watcher's business; unlike the API
+        // server we cannot tell "stopped matching" from "never matched", so such an object's
+        // later events are dropped rather than turned into a DELETED
+        let object_event = |kind: &str, m: &Manifest| match transform(m) {
+            Ok(o) if !fields.matches(&o) => None,
+            other => Some(event(kind, other, table.as_ref())),
+        };
         let line = match ev {
-            Ok(WatchEvent::Added(m)) => event("ADDED", transform(&m), table.as_ref()),
-            Ok(WatchEvent::Modified(m)) => event("MODIFIED", transform(&m), table.as_ref()),
-            Ok(WatchEvent::Deleted(m)) => event("DELETED", transform(&m), table.as_ref()),
-            Ok(WatchEvent::Bookmark(b)) => model::watch_event(
+            Ok(WatchEvent::Added(m)) => object_event("ADDED", &m),
+            Ok(WatchEvent::Modified(m)) => object_event("MODIFIED", &m),
+            Ok(WatchEvent::Deleted(m)) => object_event("DELETED", &m),
+            Ok(WatchEvent::Bookmark(b)) => Some(model::watch_event(
                 "BOOKMARK",
                 model::bookmark_object(&av, &kind, &b.metadata.resource_version),
-            ),
-            Ok(WatchEvent::Error(e)) => json!({"type": "ERROR", "object": {
+            )),
+            Ok(WatchEvent::Error(e)) => Some(json!({"type": "ERROR", "object": {
                 "kind": "Status", "apiVersion": "v1", "status": "Failure",
-                "message": e.message, "reason": e.reason, "code": e.code}}),
-            Err(e) => json!({"type": "ERROR", "object": ApiError::from_kube(&e).to_json()}),
+                "message": e.message, "reason": e.reason, "code": e.code}})),
+            Err(e) => Some(json!({"type": "ERROR", "object": ApiError::from_kube(&e).to_json()})),
         };
-        let mut bytes = serde_json::to_vec(&line).unwrap_or_default();
-        bytes.push(b'\n');
-        Ok::<_, std::convert::Infallible>(Frame::data(Bytes::from(bytes)))
+        let frame = line.map(|line| {
+            let mut bytes = serde_json::to_vec(&line).unwrap_or_default();
+            bytes.push(b'\n');
+            Ok::<_, std::convert::Infallible>(Frame::data(Bytes::from(bytes)))
+        });
+        std::future::ready(frame)
     });
     let mut resp = Response::new(boxed(StreamBody::new(events)));
     resp.headers_mut().insert(
