@@ -1170,3 +1170,30 @@ async fn kubectl_clusternet_describe_and_field_selectors() {
     .await;
 }
 
+/// A wrong `--cluster-id`: kubectl's discovery would only say "the server rejected our request
+/// for an unknown reason"; the plugin shows the hub's own message instead.
+#[tokio::test]
+async fn a_wrong_cluster_id_gets_the_hubs_message() {
+    let _shared = HUB_LOCK.read().await;
+    let env = TestEnv::get();
+    env.with_hub();
+    let bogus = format!("bogus-{}", uid());
+    let out = env.plugin(&[
+        &format!("--cluster-id={bogus}"),
+        &format!("--child-kubeconfig={}", env.child_kubeconfig(1).display()),
+        "get",
+        "pods",
+    ]);
+    let e = stderr(&out);
+    assert!(!out.status.success(), "{e}");
+    assert!(e.contains(&format!("no cluster id is {bogus}")), "{e}");
+    assert!(!e.contains("unknown reason"), "{e}");
+    // commands that do not call the server still work
+    let out = env.plugin(&[
+        &format!("--cluster-id={bogus}"),
+        &format!("--child-kubeconfig={}", env.child_kubeconfig(1).display()),
+        "get",
+        "--help",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
