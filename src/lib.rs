@@ -33,6 +33,41 @@ use clap::Parser;
 
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
+/// `<GOOS>/<GOARCH>` of this build, as Go programs (upstream clusternet, kubectl, the API server)
+/// spell their platform: `clusternet version` and `kubectl clusternet version` must match what
+/// users and scripts compare them with, so Rust's own names (`x86_64`, `macos`) never show.
+pub fn platform() -> String {
+    format!(
+        "{}/{}",
+        go_os(std::env::consts::OS),
+        go_arch(std::env::consts::ARCH, cfg!(target_endian = "little"))
+    )
+}
+
+/// Go's `GOOS` for a Rust `target_os`.
+fn go_os(os: &str) -> &str {
+    match os {
+        "macos" => "darwin",
+        other => other,
+    }
+}
+
+/// Go's `GOARCH` for a Rust `target_arch`; Go names the little-endian variants apart.
+fn go_arch(arch: &str, little_endian: bool) -> &str {
+    match (arch, little_endian) {
+        ("x86_64", _) => "amd64",
+        ("x86", _) => "386",
+        ("aarch64", _) => "arm64",
+        ("loongarch64", _) => "loong64",
+        ("powerpc64", true) => "ppc64le",
+        ("powerpc64", false) => "ppc64",
+        ("mips", true) => "mipsle",
+        ("mips64", true) => "mips64le",
+        ("wasm32", _) => "wasm",
+        (other, _) => other,
+    }
+}
+
 /// The kubectl plugin's executable name (`kubectl clusternet` finds it on PATH).
 pub const PLUGIN_NAME: &str = "kubectl-clusternet";
 
@@ -106,7 +141,7 @@ fn print_version(output: &str) {
     let info = serde_json::json!({
         "programName": "clusternet",
         "gitVersion": format!("v{VERSION}"),
-        "platform": format!("{}/{}", std::env::consts::OS, std::env::consts::ARCH),
+        "platform": platform(),
         "compiler": "rustc",
     });
     match output {
@@ -131,5 +166,24 @@ fn print_crds(out: Option<&std::path::Path>) -> ExitCode {
             eprintln!("clusternet: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn platforms_use_go_names() {
+        assert_eq!(go_arch("x86_64", true), "amd64");
+        assert_eq!(go_arch("aarch64", true), "arm64");
+        assert_eq!(go_arch("x86", true), "386");
+        assert_eq!(go_arch("powerpc64", true), "ppc64le");
+        assert_eq!(go_arch("powerpc64", false), "ppc64");
+        assert_eq!(go_arch("s390x", false), "s390x");
+        assert_eq!(go_os("macos"), "darwin");
+        assert_eq!(go_os("linux"), "linux");
+        let p = platform();
+        assert!(!p.contains("x86_64") && !p.contains("aarch64"), "{p}");
     }
 }

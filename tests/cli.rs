@@ -126,3 +126,26 @@ fn version_prints_in_every_format() {
     let v: serde_json::Value = serde_json::from_str(&out).expect("json version");
     assert_eq!(v["programName"], "clusternet");
 }
+
+/// Both version commands name the platform as Go does (`linux/amd64`), so they agree with each
+/// other and with kubectl's and the API server's own output.
+#[test]
+fn version_platform_uses_go_names_in_binary_and_plugin() {
+    let (code, out, _) = clusternet(&["version", "-o", "json"]);
+    assert_eq!(code, 0);
+    let server: serde_json::Value = serde_json::from_str(&out).expect("json version");
+    let (code, out, err) = clusternet(&["kubectl-clusternet", "version"]);
+    assert_eq!(code, 0, "{err}");
+    let plugin: serde_json::Value = serde_json::from_str(&out).expect("plugin json version");
+    assert_eq!(server["platform"], plugin["platform"]);
+    let platform = server["platform"].as_str().unwrap_or_default();
+    let want_arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    };
+    assert!(
+        platform.ends_with(&format!("/{want_arch}")),
+        "platform {platform:?} should use Go's architecture name {want_arch}"
+    );
+}

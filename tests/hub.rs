@@ -736,3 +736,464 @@ async fn a_restarted_hub_gets_every_agent_back_and_loses_nothing() {
             .await;
     }
 }
+
+/// The object a Manifest stores, as JSON.
+fn template_of(m: &Manifest) -> Value {
+    serde_json::to_value(m).expect("json")["template"].clone()
+}
+
+async fn delete_manifests(parent: &kube::Client, names: &[String]) {
+    for m in names {
+        let _ = Api::<Manifest>::namespaced(parent.clone(), RESERVED)
+            .delete(m, &DeleteParams::default())
+            .await;
+    }
+}
+
+/// `kubectl create <kind>` sends built-in kinds as protobuf; the shadow API has the parent decode
+/// them, so every create sub-command stores a Manifest as `apply` would.
+#[tokio::test]
+async fn kubectl_clusternet_create_stores_protobuf_objects_as_manifests() {
+    let _shared = HUB_LOCK.read().await;
+    let env = TestEnv::get();
+    env.with_hub();
+    let parent = env.parent().await;
+    let id = uid();
+    let ns = format!("pb-{id}");
+
+    let out = env.plugin(&["create", "namespace", &ns]);
+    assert!(out.status.success(), "create namespace: {}", stderr(&out));
+    assert!(
+        stdout(&out).contains(&format!("namespace/{ns} created")),
+        "{}",
+        stdout(&out)
+    );
+    let out = env.plugin(&[
+        "create",
+        "configmap",
+        "cfg",
+        "-n",
+        &ns,
+        "--from-literal=greeting=hello",
+    ]);
+    assert!(out.status.success(), "create configmap: {}", stderr(&out));
+    let out = env.plugin(&[
+        "create",
+        "deployment",
+        "web",
+        "-n",
+        &ns,
+        "--image=nginx:1.25",
+        "--replicas=2",
+    ]);
+    assert!(out.status.success(), "create deployment: {}", stderr(&out));
+    // a Namespace the parent has too: the dry run must dodge the name clash
+    let existing = TestNamespace::create(&parent, &env.parent_kubeconfig(), "pbclash").await;
+    let out = env.plugin(&["create", "namespace", &existing.name]);
+    assert!(
+        out.status.success(),
+        "create namespace that the parent has: {}",
+        stderr(&out)
+    );
+
+    let m = manifest(&parent, &format!("namespaces.{ns}"))
+        .await
+        .expect("the Namespace's Manifest");
+    let t = template_of(&m);
+    assert_eq!(t["kind"], json!("Namespace"));
+    assert_eq!(t["metadata"]["name"], json!(ns));
+    assert!(t["metadata"]["namespace"].is_null(), "{t}");
+    assert!(t["metadata"].get("generateName").is_none(), "{t}");
+    let clash = template_of(
+        &manifest(&parent, &format!("namespaces.{}", existing.name))
+            .await
+            .expect("the clashing Namespace's Manifest"),
+    );
+    assert_eq!(clash["metadata"]["name"], json!(existing.name));
+    assert!(clash["metadata"].get("generateName").is_none(), "{clash}");
+
+    let m = manifest(&parent, &format!("configmaps.{ns}.cfg"))
+        .await
+        .expect("the ConfigMap's Manifest");
+    assert_eq!(
+        m.labels()
+            .get("clusternet.io/created-by")
+            .map(String::as_str),
+        Some("clusternet-hub")
+    );
+    let t = template_of(&m);
+    assert_eq!(t["apiVersion"], json!("v1"));
+    assert_eq!(t["kind"], json!("ConfigMap"));
+    assert_eq!(t["metadata"]["namespace"], json!(ns), "{t}");
+    assert_eq!(t["data"]["greeting"], json!("hello"));
+    for server_set in ["resourceVersion", "creationTimestamp", "managedFields"] {
+        assert!(t["metadata"].get(server_set).is_none(), "{server_set}: {t}");
+    }
+
+    let m = manifest(&parent, &format!("deployments.{ns}.web"))
+        .await
+        .expect("the Deployment's Manifest");
+    assert_eq!(
+        m.labels()
+            .get("apps.clusternet.io/config.kind")
+            .map(String::as_str),
+        Some("Deployment")
+    );
+    let t = template_of(&m);
+    assert_eq!(t["metadata"]["namespace"], json!(ns));
+    assert_eq!(t["spec"]["replicas"], json!(2));
+    assert_eq!(
+        t["spec"]["template"]["spec"]["containers"][0]["image"],
+        json!("nginx:1.25")
+    );
+    assert!(t["status"].is_null(), "status is trimmed: {t}");
+    let out = env.plugin(&["get", "deploy", "web", "-n", &ns]);
+    assert!(out.status.success(), "get: {}", stderr(&out));
+
+    // a typed client's update (PUT) is protobuf too: the parent encodes a ConfigMap for us, the
+    // version the shadow API gave out goes in, and the update lands in the template
+    let shadow_cm = format!("/apis/shadow/v1alpha1/namespaces/{ns}/configmaps/cfg");
+    let (code, body) = raw(&parent, "GET", &shadow_cm, "application/json", vec![]).await;
+    assert_eq!(code, 200, "{body}");
+    let rv = serde_json::from_str::<Value>(&body).expect("json")["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let encoded = protobuf_config_map(&parent, &ns, "cfg", &rv).await;
+    let (code, body) = raw(
+        &parent,
+        "PUT",
+        &shadow_cm,
+        "application/vnd.kubernetes.protobuf",
+        encoded.clone(),
+    )
+    .await;
+    assert_eq!(code, 200, "protobuf PUT: {body}");
+    let t = template_of(
+        &manifest(&parent, &format!("configmaps.{ns}.cfg"))
+            .await
+            .expect("Manifest"),
+    );
+    assert_eq!(t["data"]["greeting"], json!("updated"), "{t}");
+    // the same bytes again carry a stale version now
+    let (code, body) = raw(
+        &parent,
+        "PUT",
+        &shadow_cm,
+        "application/vnd.kubernetes.protobuf",
+        encoded,
+    )
+    .await;
+    assert_eq!(code, 409, "stale protobuf PUT: {body}");
+
+    delete_manifests(
+        &parent,
+        &[
+            format!("namespaces.{ns}"),
+            format!("namespaces.{}", existing.name),
+            format!("configmaps.{ns}.cfg"),
+            format!("deployments.{ns}.web"),
+        ],
+    )
+    .await;
+}
+
+/// `ConfigMap <ns>/<name>` with `data.greeting: updated` and `resourceVersion`, protobuf-encoded
+/// by the parent itself (a dry-run create in the default namespace, read back as protobuf).
+async fn protobuf_config_map(parent: &kube::Client, ns: &str, name: &str, rv: &str) -> Vec<u8> {
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": format!("pb-{}", uid())}, "data": {"greeting": "updated"}});
+    let req = http::Request::builder()
+        .method("POST")
+        .uri("/api/v1/namespaces/default/configmaps?dryRun=All")
+        .header("content-type", "application/json")
+        .header("accept", "application/vnd.kubernetes.protobuf")
+        .body(kube::client::Body::from(cm.to_string().into_bytes()))
+        .expect("a request");
+    let resp = parent.send(req).await.expect("the dry run");
+    assert!(resp.status().is_success(), "{}", resp.status());
+    use http_body_util::BodyExt;
+    let bytes = resp
+        .into_body()
+        .collect()
+        .await
+        .map(|c| c.to_bytes().to_vec())
+        .unwrap_or_default();
+    let out = set_name_namespace_version(&bytes, name, ns, rv);
+    let meta = clusternet::kube_ext::protobuf::read_meta(&out).expect("a protobuf ConfigMap");
+    assert_eq!(
+        (
+            meta.name.as_str(),
+            meta.namespace.as_str(),
+            meta.resource_version.as_str()
+        ),
+        (name, ns, rv)
+    );
+    out
+}
+
+/// Sets metadata name/namespace/resourceVersion of a protobuf object (the crate's own editor only
+/// clears and renames, so the test brings its own).
+fn set_name_namespace_version(body: &[u8], name: &str, ns: &str, rv: &str) -> Vec<u8> {
+    fn varint(out: &mut Vec<u8>, mut v: u64) {
+        while v >= 0x80 {
+            out.push((v as u8 & 0x7f) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+    fn read_varint(buf: &[u8], pos: &mut usize) -> u64 {
+        let mut v = 0u64;
+        for i in 0..10 {
+            let b = buf[*pos];
+            *pos += 1;
+            v |= u64::from(b & 0x7f) << (7 * i);
+            if b & 0x80 == 0 {
+                break;
+            }
+        }
+        v
+    }
+    fn len_field(out: &mut Vec<u8>, n: u64, payload: &[u8]) {
+        varint(out, (n << 3) | 2);
+        varint(out, payload.len() as u64);
+        out.extend_from_slice(payload);
+    }
+    /// (number, wire, whole, payload) of each field; fixed-size wire types do not occur here
+    fn fields(buf: &[u8]) -> Vec<(u64, u64, Vec<u8>, Vec<u8>)> {
+        let mut out = Vec::new();
+        let mut pos = 0;
+        while pos < buf.len() {
+            let start = pos;
+            let key = read_varint(buf, &mut pos);
+            let payload = match key & 7 {
+                0 => {
+                    read_varint(buf, &mut pos);
+                    vec![]
+                }
+                2 => {
+                    let len = read_varint(buf, &mut pos) as usize;
+                    pos += len;
+                    buf[pos - len..pos].to_vec()
+                }
+                1 => {
+                    pos += 8;
+                    vec![]
+                }
+                5 => {
+                    pos += 4;
+                    vec![]
+                }
+                w => panic!("wire type {w}"),
+            };
+            out.push((key >> 3, key & 7, buf[start..pos].to_vec(), payload));
+        }
+        out
+    }
+    let mut out = body[..4].to_vec();
+    for (n, w, whole, payload) in fields(&body[4..]) {
+        if n != 2 || w != 2 {
+            out.extend(whole);
+            continue;
+        }
+        let mut object = Vec::new();
+        for (on, ow, owhole, opayload) in fields(&payload) {
+            if on != 1 || ow != 2 {
+                object.extend(owhole);
+                continue;
+            }
+            let mut meta = Vec::new();
+            len_field(&mut meta, 1, name.as_bytes());
+            len_field(&mut meta, 3, ns.as_bytes());
+            len_field(&mut meta, 6, rv.as_bytes());
+            for (mn, _, mwhole, _) in fields(&opayload) {
+                if ![1, 2, 3, 6].contains(&mn) {
+                    meta.extend(mwhole);
+                }
+            }
+            len_field(&mut object, 1, &meta);
+        }
+        len_field(&mut out, 2, &object);
+    }
+    out
+}
+
+/// `kubectl describe` lists Events with an `involvedObject.*` field selector; the shadow API
+/// filters the transformed objects instead of answering 500, so describe works and shows the
+/// Events that belong to the object.
+#[tokio::test]
+async fn kubectl_clusternet_describe_and_field_selectors() {
+    let _shared = HUB_LOCK.read().await;
+    let env = TestEnv::get();
+    env.with_hub();
+    let parent = env.parent().await;
+    let ns = format!("describe-{}", uid());
+    let out = env.plugin_with_stdin(
+        &["apply", "-f", "-"],
+        Some(&deployment_yaml(&ns, "web", 2, "nginx:1.25")),
+    );
+    assert!(out.status.success(), "apply: {}", stderr(&out));
+    let out = env.plugin(&[
+        "get",
+        "deploy",
+        "web",
+        "-n",
+        &ns,
+        "-o",
+        "jsonpath={.metadata.uid}",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let web_uid = stdout(&out);
+    assert!(!web_uid.is_empty());
+
+    let event = |name: &str, object: &str, uid: &str, reason: &str| {
+        format!(
+            // the parent refuses an Event whose involvedObject is in another namespace than
+            // the dry run's (the reserved one), so these skip the dry run
+            "apiVersion: v1\nkind: Event\nmetadata: {{name: {name}, namespace: {ns}, \
+             annotations: {{apps.clusternet.io/skip-validating: \"true\"}}}}\n\
+             involvedObject: {{apiVersion: apps/v1, kind: Deployment, name: {object}, namespace: {ns}, uid: \"{uid}\"}}\n\
+             reason: {reason}\nmessage: {reason} happened\ntype: Normal\n\
+             source: {{component: test}}\nfirstTimestamp: \"2026-01-01T00:00:00Z\"\n\
+             lastTimestamp: \"2026-01-01T00:00:00Z\"\ncount: 1\n"
+        )
+    };
+    let out = env.plugin_with_stdin(
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "{}---\n{}",
+            event("web.1", "web", &web_uid, "WebScaled"),
+            event("api.1", "api", "other-uid", "ApiScaled")
+        )),
+    );
+    assert!(out.status.success(), "apply events: {}", stderr(&out));
+
+    let out = env.plugin(&["describe", "deploy", "web", "-n", &ns]);
+    let (o, e) = (stdout(&out), stderr(&out));
+    assert!(out.status.success(), "describe: {e}");
+    assert!(!e.contains("ERROR") && !o.contains("ERROR"), "{o}\n{e}");
+    assert!(o.contains("Name:") && o.contains("web"), "{o}");
+    assert!(o.contains("nginx:1.25"), "{o}");
+    assert!(o.contains("WebScaled"), "its own Event: {o}");
+    assert!(!o.contains("ApiScaled"), "another object's Event: {o}");
+
+    // field selectors on lists, other than metadata.name
+    let out = env.plugin(&[
+        "get",
+        "events",
+        "-n",
+        &ns,
+        "--field-selector",
+        "involvedObject.name=api",
+        "-o",
+        "name",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "event/api.1");
+    let out = env.plugin(&[
+        "get",
+        "events",
+        "-n",
+        &ns,
+        "--field-selector",
+        "involvedObject.name!=api,metadata.namespace="
+            .to_string()
+            .as_str(),
+        "-o",
+        "name",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out).trim(),
+        "",
+        "namespaced Events have a namespace"
+    );
+    let out = env.plugin(&[
+        "get",
+        "events",
+        "-A",
+        "--field-selector",
+        &format!("metadata.namespace={ns},reason=WebScaled"),
+        "-o",
+        "name",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "event/web.1");
+    // and on watches: only the matching object's events arrive
+    let shadow_events = kube::api::ApiResource {
+        group: "shadow".into(),
+        version: "v1alpha1".into(),
+        api_version: "shadow/v1alpha1".into(),
+        kind: "Event".into(),
+        plural: "events".into(),
+    };
+    let events: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(parent.clone(), &ns, &shadow_events);
+    let wp = kube::api::WatchParams::default()
+        .fields("involvedObject.name=api")
+        .timeout(3);
+    let stream = events.watch(&wp, "0").await.expect("a shadow watch");
+    use futures::StreamExt;
+    let seen: Vec<String> = stream
+        .filter_map(|ev| async move {
+            match ev {
+                Ok(kube::api::WatchEvent::Added(o)) => o.metadata.name,
+                _ => None,
+            }
+        })
+        .collect()
+        .await;
+    assert_eq!(seen, vec!["api.1".to_string()]);
+
+    // a malformed selector is the caller's mistake, not the server's
+    let (code, body) = raw(
+        &parent,
+        "GET",
+        &format!("/apis/shadow/v1alpha1/namespaces/{ns}/events?fieldSelector=involvedObject.name"),
+        "application/json",
+        vec![],
+    )
+    .await;
+    assert_eq!(code, 400, "{body}");
+    let status: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    assert_eq!(status["kind"], json!("Status"), "{body}");
+    assert_eq!(status["reason"], json!("BadRequest"), "{body}");
+
+    delete_manifests(
+        &parent,
+        &[
+            format!("deployments.{ns}.web"),
+            format!("events.{ns}.web.1"),
+            format!("events.{ns}.api.1"),
+        ],
+    )
+    .await;
+}
+
+/// A wrong `--cluster-id`: kubectl's discovery would only say "the server rejected our request
+/// for an unknown reason"; the plugin shows the hub's own message instead.
+#[tokio::test]
+async fn a_wrong_cluster_id_gets_the_hubs_message() {
+    let _shared = HUB_LOCK.read().await;
+    let env = TestEnv::get();
+    env.with_hub();
+    let bogus = format!("bogus-{}", uid());
+    let out = env.plugin(&[
+        &format!("--cluster-id={bogus}"),
+        &format!("--child-kubeconfig={}", env.child_kubeconfig(1).display()),
+        "get",
+        "pods",
+    ]);
+    let e = stderr(&out);
+    assert!(!out.status.success(), "{e}");
+    assert!(e.contains(&format!("no cluster id is {bogus}")), "{e}");
+    assert!(!e.contains("unknown reason"), "{e}");
+    // commands that do not call the server still work
+    let out = env.plugin(&[
+        &format!("--cluster-id={bogus}"),
+        &format!("--child-kubeconfig={}", env.child_kubeconfig(1).display()),
+        "get",
+        "--help",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}

@@ -33,7 +33,7 @@ use tokio_rustls::rustls::ServerConfig;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::body::{HubBody, empty, full};
+use super::body::{HubBody, empty};
 use crate::runtime::Runtime;
 use crate::runtime::leader::{LeaderElector, LeaseTiming, holder_identity};
 use crate::tunnel::peer::{
@@ -223,17 +223,27 @@ pub fn serve(
     })
 }
 
+/// Errors on the peer port are `Status` objects like every other answer of the hub.
 fn status(code: StatusCode, text: &str) -> Response<HubBody> {
-    let mut resp = Response::new(full(text.to_owned()));
-    *resp.status_mut() = code;
-    resp
+    let reason = match code {
+        StatusCode::NOT_FOUND => "NotFound",
+        StatusCode::UNAUTHORIZED => "Unauthorized",
+        _ => "BadRequest",
+    };
+    super::status::ApiError::new(code.as_u16(), reason, text).into_response()
 }
 
 /// `GET /connect` from a peer: check its ID and token, answer the WebSocket handshake and run
 /// the accepting session.
 fn connect(registry: Arc<SessionRegistry>, mut req: Request<Incoming>) -> Response<HubBody> {
     if req.uri().path() != PEER_CONNECT_PATH {
-        return status(StatusCode::NOT_FOUND, "404 page not found");
+        return status(
+            StatusCode::NOT_FOUND,
+            &format!(
+                "the server could not find the requested resource ({})",
+                req.uri().path()
+            ),
+        );
     }
     let header = |name: &str| {
         req.headers()
@@ -445,6 +455,22 @@ mod tests {
                 ..Default::default()
             }),
         }
+    }
+
+    #[tokio::test]
+    async fn peer_port_errors_are_status_objects() {
+        use http_body_util::BodyExt;
+        let resp = status(StatusCode::UNAUTHORIZED, "unknown peer or wrong token");
+        assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(
+            resp.headers().get(header::CONTENT_TYPE),
+            Some(&HeaderValue::from_static("application/json"))
+        );
+        let body = resp.into_body().collect().await.expect("body").to_bytes();
+        let v: serde_json::Value = serde_json::from_slice(&body).expect("json");
+        assert_eq!(v["kind"], "Status");
+        assert_eq!(v["reason"], "Unauthorized");
+        assert_eq!(v["message"], "unknown peer or wrong token");
     }
 
     /// The real listener and dialer over TLS: a wrong token is refused, the right one gives a

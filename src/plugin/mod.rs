@@ -9,7 +9,8 @@
 //! - child mode (`--cluster-id` + `--child-kubeconfig`): the hub's socket proxy as the server, the
 //!   parent credentials, and impersonation of `clusternet` carrying the child identity as user
 //!   extras ([`kubeconfig`], cli.md §1.2, hub.md §2.3). kubectl itself then handles exec, logs,
-//!   port-forward and watches.
+//!   port-forward and watches. One `GET /version` through that path first makes a refusal (a
+//!   wrong cluster ID, a disconnected agent) readable, which kubectl's discovery would not.
 //!
 //! The exit code is kubectl's; the plugin's own failures print one `error: ...` line and exit 1.
 
@@ -128,14 +129,9 @@ fn validate(own: &OwnFlags) -> Result<Option<(String, String)>, PluginError> {
 
 /// Upstream prints its build information as indented JSON.
 fn version_json() -> String {
-    let arch = match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        other => other,
-    };
     let info = serde_json::json!({
         "gitVersion": format!("v{}", env!("CARGO_PKG_VERSION")),
-        "platform": format!("{}/{arch}", std::env::consts::OS),
+        "platform": crate::platform(),
     });
     serde_json::to_string_pretty(&info).unwrap_or_default()
 }
@@ -235,6 +231,12 @@ async fn child_mode(
             .and_then(|c| c.server.as_deref()),
         "child mode through the socket proxy"
     );
+    if talks_to_server(&inv.kubectl_args)
+        && let Some(line) = probe_child(&generated).await
+    {
+        eprintln!("{line}");
+        return Ok(ExitCode::from(1));
+    }
     let dir = TempDir::new()?;
     let path = dir.write_private("kubeconfig", &kubeconfig::render(&generated)?)?;
     run_kubectl(
@@ -243,6 +245,59 @@ async fn child_mode(
         &inv.kubectl_args,
     )
     .await
+}
+
+/// kubectl sub-commands that never call the server.
+const LOCAL_SUBCOMMANDS: &[&str] = &[
+    "help",
+    "completion",
+    "config",
+    "plugin",
+    "options",
+    "kustomize",
+];
+
+/// Whether kubectl will call the server for these arguments (help and local sub-commands
+/// do not; they must work even when the cluster cannot be reached).
+fn talks_to_server(kubectl_args: &[OsString]) -> bool {
+    let help = kubectl_args
+        .iter()
+        .map_while(|a| (a != "--").then_some(a))
+        .any(|a| a == "-h" || a == "--help");
+    let local = args::subcommand(kubectl_args)
+        .and_then(OsStr::to_str)
+        .is_none_or(|c| LOCAL_SUBCOMMANDS.contains(&c));
+    !help && !local
+}
+
+/// Asks the socket path for the child's `/version` before kubectl runs, and returns the error
+/// line to print when the hub (unknown cluster ID, disconnected agent, no rights on
+/// `sockets/proxy`) or the child refuses. kubectl cannot tell the user why itself: client-go
+/// reads discovery answers raw and replaces a failure's `Status` message with a generic "the
+/// server rejected our request for an unknown reason". Anything else (an unreachable parent,
+/// a timeout) is left to kubectl, which reports those well.
+async fn probe_child(generated: &kube::config::Kubeconfig) -> Option<String> {
+    let mut config = kube::Config::from_custom_kubeconfig(
+        generated.clone(),
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .ok()?;
+    config.default_retry = false;
+    let client = kube::Client::try_from(config).ok()?;
+    match client.apiserver_version().await {
+        Err(kube::Error::Api(status)) => Some(server_error_line(&status.reason, &status.message)),
+        Ok(_) | Err(_) => None,
+    }
+}
+
+/// An API error as kubectl prints it (`cmdutil.StandardErrorMessage`).
+fn server_error_line(reason: &str, message: &str) -> String {
+    match reason {
+        "Unauthorized" => format!("error: You must be logged in to the server ({message})"),
+        "" => format!("Error from server: {message}"),
+        reason => format!("Error from server ({reason}): {message}"),
+    }
 }
 
 fn flag_with_path(flag: &str, path: &Path) -> OsString {
@@ -340,6 +395,35 @@ mod tests {
             validate(&own(Some("id"), Some("c"))),
             Ok(Some((id, c))) if id == "id" && c == "c"
         ));
+    }
+
+    #[test]
+    fn only_commands_that_call_the_server_are_probed() {
+        let args = |a: &[&str]| a.iter().map(OsString::from).collect::<Vec<_>>();
+        assert!(talks_to_server(&args(&["get", "pods", "-A"])));
+        assert!(talks_to_server(&args(&["-n", "x", "logs", "web"])));
+        assert!(!talks_to_server(&args(&[])));
+        assert!(!talks_to_server(&args(&["get", "--help"])));
+        assert!(!talks_to_server(&args(&["-h"])));
+        assert!(!talks_to_server(&args(&["config", "view"])));
+        assert!(!talks_to_server(&args(&["completion", "bash"])));
+        // `--help` after `--` belongs to the command run in the container
+        assert!(talks_to_server(&args(&[
+            "exec", "web", "--", "ls", "--help"
+        ])));
+    }
+
+    #[test]
+    fn server_errors_are_worded_like_kubectl() {
+        assert_eq!(
+            server_error_line("BadRequest", "no cluster id is x"),
+            "Error from server (BadRequest): no cluster id is x"
+        );
+        assert_eq!(
+            server_error_line("Unauthorized", "Unauthorized"),
+            "error: You must be logged in to the server (Unauthorized)"
+        );
+        assert_eq!(server_error_line("", "boom"), "Error from server: boom");
     }
 
     #[test]

@@ -84,9 +84,6 @@ pub const CRD_SCALE_VERBS: [&str; 3] = ["get", "patch", "update"];
 /// Errors of the pure shadow-API decisions. Messages are meant to reach the client.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ModelError {
-    /// A field selector used a field other than `metadata.name` (upstream answers 500).
-    #[error("unable to recognize selector key {0}")]
-    UnsupportedFieldSelector(String),
     /// A field selector term could not be parsed.
     #[error("invalid selector: '{selector}'; can't understand '{term}'")]
     InvalidFieldSelector { selector: String, term: String },
@@ -666,54 +663,125 @@ pub fn transform_watch_event(event: &Value, api_version: &str, kind: &str) -> Va
     watch_event(event_type, object)
 }
 
-/// Label selector for listing/watching the Manifests behind a shadow list: the client's label
-/// selector AND the translated field selector AND `config.kind=<kind>` AND, for a namespaced
-/// request (non-empty `namespace`), `config.namespace=<namespace>`.
-pub fn list_label_selector(
+/// What a shadow list or watch selects: the label selector for the Manifests behind it, and the
+/// field terms only the transformed objects can answer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListSelectors {
+    /// The client's label selector AND the `metadata.name` field terms (as `config.name`) AND
+    /// `config.kind=<kind>` AND, for a namespaced request, `config.namespace=<namespace>`.
+    pub label_selector: String,
+    /// Every other field term, evaluated on each transformed object.
+    pub fields: FieldFilter,
+}
+
+/// Selectors for listing/watching the Manifests behind a shadow list (upstream
+/// `convertListOptionsToLabels` for the label part). `namespace` is the request's namespace
+/// (`None` or `""` for all namespaces and cluster-scoped kinds).
+pub fn list_selectors(
     label_selector: Option<&str>,
     field_selector: Option<&str>,
     kind: &str,
     namespace: Option<&str>,
-) -> Result<String, ModelError> {
+) -> Result<ListSelectors, ModelError> {
     let mut parts = Vec::new();
     if let Some(ls) = label_selector.map(str::trim).filter(|s| !s.is_empty()) {
         parts.push(ls.to_string());
     }
-    if let Some(fs) = field_selector {
-        let translated = translate_field_selector(fs)?;
-        if !translated.is_empty() {
-            parts.push(translated);
-        }
-    }
+    let parsed = parse_field_selector(field_selector.unwrap_or_default())?;
+    parts.extend(parsed.name_labels);
     parts.push(label_requirement(CONFIG_KIND_LABEL, "=", kind)?);
     if let Some(ns) = namespace.filter(|ns| !ns.is_empty()) {
         parts.push(label_requirement(CONFIG_NAMESPACE_LABEL, "=", ns)?);
     }
-    Ok(parts.join(","))
+    Ok(ListSelectors {
+        label_selector: parts.join(","),
+        fields: parsed.filter,
+    })
 }
 
-/// Translates a field selector into label-selector requirements on the Manifests: only
-/// `metadata.name` is understood (as `config.name`, same operator: `=`, `==` or `!=`). Returns
-/// `""` for an empty selector.
-pub fn translate_field_selector(field_selector: &str) -> Result<String, ModelError> {
+/// A field selector split by who can answer it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ParsedFieldSelector {
+    /// `metadata.name` terms as label requirements on the Manifests' `config.name` (same
+    /// operator), as upstream translates them: the parent then selects, and watches by name stay
+    /// cheap.
+    pub name_labels: Vec<String>,
+    /// The other terms. Upstream answers them with a 500; kubectl needs them (`describe` lists
+    /// Events by `involvedObject.*`), and Manifest labels cannot express them.
+    pub filter: FieldFilter,
+}
+
+/// Parses a field selector as `fields.ParseSelector` does (terms split at unescaped commas,
+/// `!=`, `==` or `=`, values unescaped). An empty selector selects everything.
+pub fn parse_field_selector(field_selector: &str) -> Result<ParsedFieldSelector, ModelError> {
     let mut terms = split_unescaped_commas(field_selector);
     // fields.ParseSelector sorts its terms; keep the same deterministic order.
     terms.sort();
-    let mut out = Vec::new();
+    let mut out = ParsedFieldSelector::default();
     for term in terms.iter().filter(|t| !t.is_empty()) {
-        let (field, op, raw_value) =
-            split_field_term(term).ok_or_else(|| ModelError::InvalidFieldSelector {
-                selector: field_selector.to_string(),
-                term: term.clone(),
-            })?;
-        let value = unescape_field_value(raw_value)?;
-        let key = match field {
-            "metadata.name" => CONFIG_NAME_LABEL,
-            other => return Err(ModelError::UnsupportedFieldSelector(other.to_string())),
+        let invalid = || ModelError::InvalidFieldSelector {
+            selector: field_selector.to_string(),
+            term: term.clone(),
         };
-        out.push(label_requirement(key, op, &value)?);
+        let (field, op, raw_value) = split_field_term(term).ok_or_else(invalid)?;
+        if field.is_empty() {
+            return Err(invalid());
+        }
+        let value = unescape_field_value(raw_value)?;
+        if field == "metadata.name" {
+            out.name_labels
+                .push(label_requirement(CONFIG_NAME_LABEL, op, &value)?);
+        } else {
+            out.filter.requirements.push(FieldRequirement {
+                field: field.to_string(),
+                equals: op != "!=",
+                value,
+            });
+        }
     }
-    Ok(out.join(","))
+    Ok(out)
+}
+
+/// Field terms evaluated on objects; all must hold. Empty matches everything.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FieldFilter {
+    pub requirements: Vec<FieldRequirement>,
+}
+
+/// `<field>=<value>` (also `==`) or `<field>!=<value>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldRequirement {
+    /// Dotted path into the object, e.g. `involvedObject.name`.
+    pub field: String,
+    /// `=`/`==` when true, `!=` when false.
+    pub equals: bool,
+    pub value: String,
+}
+
+impl FieldFilter {
+    pub fn is_empty(&self) -> bool {
+        self.requirements.is_empty()
+    }
+
+    /// Whether `obj` satisfies every term. A missing field reads as `""`, as the API server's
+    /// field sets render unset fields, so `status.phase!=Running` matches an object without
+    /// status and `spec.nodeName=` selects unscheduled pods.
+    pub fn matches(&self, obj: &Value) -> bool {
+        self.requirements
+            .iter()
+            .all(|r| (field_value(obj, &r.field) == r.value) == r.equals)
+    }
+}
+
+/// The value at a dotted path rendered as a string: strings as they are, numbers and booleans
+/// as Go's `fmt` prints them, anything absent or null as `""` (other values as compact JSON).
+pub fn field_value(obj: &Value, field: &str) -> String {
+    let path: Vec<&str> = field.split('.').collect();
+    match get_path(obj, &path) {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+    }
 }
 
 fn split_unescaped_commas(s: &str) -> Vec<String> {
@@ -1905,75 +1973,157 @@ mod tests {
 
     // ---- lists and watches --------------------------------------------------------------------
 
+    fn labels_of_list(
+        label: Option<&str>,
+        field: Option<&str>,
+        kind: &str,
+        ns: Option<&str>,
+    ) -> String {
+        list_selectors(label, field, kind, ns)
+            .unwrap()
+            .label_selector
+    }
+
     #[test]
-    fn list_selectors() {
+    fn list_selectors_translate_names_to_manifest_labels() {
         assert_eq!(
-            list_label_selector(None, None, "Deployment", None).unwrap(),
+            labels_of_list(None, None, "Deployment", None),
             "apps.clusternet.io/config.kind=Deployment"
         );
         assert_eq!(
-            list_label_selector(
+            labels_of_list(
                 Some("app=nginx"),
                 Some("metadata.name=my-nginx"),
                 "Deployment",
                 Some("qux")
-            )
-            .unwrap(),
+            ),
             "app=nginx,apps.clusternet.io/config.name=my-nginx,\
              apps.clusternet.io/config.kind=Deployment,apps.clusternet.io/config.namespace=qux"
         );
         assert_eq!(
-            list_label_selector(Some(""), Some(""), "Pod", Some("")).unwrap(),
+            labels_of_list(Some(""), Some(""), "Pod", Some("")),
             "apps.clusternet.io/config.kind=Pod"
+        );
+        let names = |fs: &str| parse_field_selector(fs).unwrap().name_labels.join(",");
+        assert_eq!(names("metadata.name=a"), "apps.clusternet.io/config.name=a");
+        assert_eq!(
+            names("metadata.name==a"),
+            "apps.clusternet.io/config.name==a"
+        );
+        assert_eq!(
+            names("metadata.name!=a"),
+            "apps.clusternet.io/config.name!=a"
+        );
+        assert_eq!(names(""), "");
+        assert_eq!(
+            names("metadata.name!=b,metadata.name=a"),
+            "apps.clusternet.io/config.name!=b,apps.clusternet.io/config.name=a"
         );
     }
 
     #[test]
-    fn field_selector_translation() {
+    fn other_field_terms_become_object_filters() {
+        // kubectl describe's Event query
+        let s = list_selectors(
+            None,
+            Some(
+                "involvedObject.name=web,involvedObject.namespace=demo,\
+                 involvedObject.kind=Deployment,involvedObject.uid=u-1",
+            ),
+            "Event",
+            Some("demo"),
+        )
+        .unwrap();
         assert_eq!(
-            translate_field_selector("metadata.name=a").unwrap(),
-            "apps.clusternet.io/config.name=a"
+            s.label_selector,
+            "apps.clusternet.io/config.kind=Event,apps.clusternet.io/config.namespace=demo"
         );
+        assert_eq!(s.fields.requirements.len(), 4);
+        let event = |name: &str, uid: &str| {
+            json!({"kind": "Event", "metadata": {"name": "e", "namespace": "demo"},
+                   "involvedObject": {"kind": "Deployment", "name": name, "namespace": "demo", "uid": uid}})
+        };
+        assert!(s.fields.matches(&event("web", "u-1")));
+        assert!(!s.fields.matches(&event("web", "u-2")));
+        assert!(!s.fields.matches(&event("api", "u-1")));
+
+        // names go to the labels, the rest to the filter, in one selector
+        let s = list_selectors(
+            None,
+            Some("metadata.name=web,metadata.namespace!=kube-system"),
+            "Deployment",
+            None,
+        )
+        .unwrap();
+        assert!(s.label_selector.contains("config.name=web"));
         assert_eq!(
-            translate_field_selector("metadata.name==a").unwrap(),
-            "apps.clusternet.io/config.name==a"
+            s.fields.requirements,
+            vec![FieldRequirement {
+                field: "metadata.namespace".into(),
+                equals: false,
+                value: "kube-system".into(),
+            }]
         );
-        assert_eq!(
-            translate_field_selector("metadata.name!=a").unwrap(),
-            "apps.clusternet.io/config.name!=a"
+    }
+
+    #[test]
+    fn field_filters_follow_kubernetes_semantics() {
+        let filter = |fs: &str| parse_field_selector(fs).unwrap().filter;
+        let running = json!({"metadata": {"name": "p", "namespace": "a"},
+                             "spec": {"nodeName": "n1", "replicas": 3, "paused": false},
+                             "status": {"phase": "Running"}});
+        let bare = json!({"metadata": {"name": "q"}});
+        assert!(filter("").matches(&bare), "empty selects everything");
+        assert!(filter("status.phase=Running").matches(&running));
+        assert!(filter("status.phase==Running").matches(&running));
+        assert!(!filter("status.phase!=Running").matches(&running));
+        // a missing field is the empty string
+        assert!(filter("status.phase!=Running").matches(&bare));
+        assert!(!filter("status.phase=Running").matches(&bare));
+        assert!(filter("spec.nodeName=").matches(&bare));
+        assert!(!filter("spec.nodeName=").matches(&running));
+        assert!(
+            filter("metadata.namespace=").matches(&bare),
+            "cluster-scoped"
         );
-        assert_eq!(translate_field_selector("").unwrap(), "");
-        assert_eq!(
-            translate_field_selector("metadata.name!=b,metadata.name=a").unwrap(),
-            "apps.clusternet.io/config.name!=b,apps.clusternet.io/config.name=a"
-        );
-        let err = translate_field_selector("metadata.namespace=qux").unwrap_err();
-        assert_eq!(
-            err,
-            ModelError::UnsupportedFieldSelector("metadata.namespace".into())
-        );
-        assert_eq!(
-            err.to_string(),
-            "unable to recognize selector key metadata.namespace"
-        );
-        assert_eq!(
-            list_label_selector(None, Some("status.phase=Running"), "Pod", None)
-                .unwrap_err()
-                .to_string(),
-            "unable to recognize selector key status.phase"
-        );
+        // numbers and booleans as text
+        assert!(filter("spec.replicas=3").matches(&running));
+        assert!(filter("spec.paused=false").matches(&running));
+        // every term must hold
+        assert!(filter("metadata.namespace=a,status.phase=Running").matches(&running));
+        assert!(!filter("metadata.namespace=b,status.phase=Running").matches(&running));
+        // escaped separators are part of the value
+        let odd = json!({"metadata": {"annotations": {}}, "spec": {"v": "a,b=c"}});
+        assert!(filter("spec.v=a\\,b\\=c").matches(&odd));
+        assert_eq!(field_value(&odd, "spec.v.deeper"), "");
+        assert_eq!(field_value(&odd, "metadata.annotations"), "{}");
+    }
+
+    #[test]
+    fn field_selector_syntax_errors() {
         assert!(matches!(
-            translate_field_selector("metadata.name").unwrap_err(),
+            parse_field_selector("metadata.name").unwrap_err(),
             ModelError::InvalidFieldSelector { .. }
         ));
         assert!(matches!(
-            translate_field_selector("metadata.name=a b").unwrap_err(),
+            parse_field_selector("status.phase").unwrap_err(),
+            ModelError::InvalidFieldSelector { .. }
+        ));
+        assert!(matches!(
+            parse_field_selector("=x").unwrap_err(),
+            ModelError::InvalidFieldSelector { .. }
+        ));
+        assert!(matches!(
+            parse_field_selector("metadata.name=a b").unwrap_err(),
             ModelError::InvalidLabelValue { .. }
         ));
         assert!(matches!(
-            translate_field_selector("metadata.name=a\\x").unwrap_err(),
+            parse_field_selector("involvedObject.name=a\\x").unwrap_err(),
             ModelError::InvalidFieldSelectorValue { .. }
         ));
+        // formerly refused: every field is served now
+        assert!(parse_field_selector("metadata.namespace=qux").is_ok());
+        assert!(list_selectors(None, Some("status.phase=Running"), "Pod", None).is_ok());
     }
 
     #[test]

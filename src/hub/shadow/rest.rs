@@ -57,12 +57,15 @@ pub async fn dispatch(
             ))
         }
         (&Method::POST, None, None) => {
-            let obj = decode_object(&req.headers, &req.body)?;
-            Ok((StatusCode::CREATED, create(api, t, obj, &q).await?))
+            let body = decode_body(api, t, &req, &q).await?;
+            Ok((StatusCode::CREATED, create_decoded(api, t, body, &q).await?))
         }
         (&Method::PUT, Some(name), None) => {
-            let obj = decode_object(&req.headers, &req.body)?;
-            Ok((StatusCode::OK, update(api, t, name, obj, &q).await?))
+            let body = decode_body(api, t, &req, &q).await?;
+            Ok((
+                StatusCode::OK,
+                update_decoded(api, t, name, body, &q).await?,
+            ))
         }
         (&Method::PATCH, Some(name), None) => patch(api, t, name, &req, &q).await,
         (&Method::DELETE, Some(name), None) => delete(api, t, name, &req.body, &q).await,
@@ -123,6 +126,58 @@ fn wants_table(headers: &HeaderMap) -> bool {
         .iter()
         .filter_map(|v| v.to_str().ok())
         .any(|v| v.contains("as=Table"))
+}
+
+/// kubectl's encoding for built-in kinds (`kubectl create configmap|deployment|namespace ...`).
+const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+
+/// A create or update body, decoded.
+pub enum Decoded {
+    /// A JSON or YAML object as sent; validated with a dry run before it is stored.
+    Sent(Value),
+    /// What the parent's dry run made of a protobuf body: validated already.
+    DryRun(Value),
+}
+
+/// JSON and YAML are read here; protobuf is decoded by the parent (see [`dry_run_protobuf`]).
+async fn decode_body(
+    api: &ShadowApi,
+    t: &Target,
+    req: &ShadowRequest,
+    q: &BTreeMap<String, String>,
+) -> Result<Decoded, ApiError> {
+    if content_type(&req.headers) == PROTOBUF {
+        return dry_run_protobuf(api, t, &req.headers, &req.body, q)
+            .await
+            .map(Decoded::DryRun);
+    }
+    decode_object(&req.headers, &req.body).map(Decoded::Sent)
+}
+
+/// Protobuf bodies exist only for built-in kinds: the API server itself serves custom
+/// resources as JSON or YAML, so a protobuf custom resource is refused with the reason.
+fn protobuf_decodable(r: &ShadowResource) -> Result<(), ApiError> {
+    if is_crd(r) {
+        return Err(ApiError::unsupported_media_type(&format!(
+            "{PROTOBUF}; custom resources ({}) take JSON or YAML",
+            qualified(r)
+        )));
+    }
+    Ok(())
+}
+
+/// The parent's own collection path of a resource, in `namespace` for namespaced kinds.
+fn parent_collection_path(r: &ShadowResource, namespace: &str) -> String {
+    let base = if r.group.is_empty() {
+        format!("/api/{}", r.version)
+    } else {
+        format!("/apis/{}/{}", r.group, r.version)
+    };
+    if r.namespaced {
+        format!("{base}/namespaces/{namespace}/{}", r.name)
+    } else {
+        format!("{base}/{}", r.name)
+    }
 }
 
 /// Request bodies are JSON or YAML objects; anything else is the caller's mistake.
@@ -343,6 +398,116 @@ async fn dry_run(
     Ok(result)
 }
 
+/// Lets the parent decode a protobuf body, which the hub cannot read without every built-in
+/// type: the same bytes, with the namespace and resource version taken out of their metadata, go
+/// to the parent's own endpoint as a dry-run create (in the reserved namespace for namespaced
+/// kinds), answered in JSON. That dry run is also the validation the JSON path does in
+/// [`dry_run`], so the result is treated the same: original name, namespace and resource
+/// version put back, name clashes dodged with `generateName`, an existing CRD read live.
+async fn dry_run_protobuf(
+    api: &ShadowApi,
+    t: &Target,
+    headers: &HeaderMap,
+    body: &Bytes,
+    q: &BTreeMap<String, String>,
+) -> Result<Value, ApiError> {
+    use crate::kube_ext::protobuf;
+    let r = &t.resource;
+    protobuf_decodable(r)?;
+    let unreadable = |e: protobuf::ProtobufError| {
+        ApiError::bad_request(format!("the protobuf body cannot be read: {e}"))
+    };
+    let meta = protobuf::read_meta(body).map_err(unreadable)?;
+    let query = {
+        // the serializer is not Send: finish it before the first await
+        let mut query = form_urlencoded::Serializer::new(String::new());
+        query.append_pair("dryRun", "All");
+        if let Some(fm) = q.get("fieldManager") {
+            query.append_pair("fieldManager", fm);
+        }
+        query.finish()
+    };
+    let uri = format!(
+        "{}?{query}",
+        parent_collection_path(r, &api.rt.config.reserved_namespace)
+    );
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .cloned()
+        .unwrap_or_else(|| http::HeaderValue::from_static(PROTOBUF));
+    let mut edit = protobuf::MetaEdit {
+        // the reserved namespace comes from the path; a create must not carry a version
+        clear_namespace: true,
+        clear_resource_version: true,
+        generate_name: None,
+    };
+    let mut attempt = 0;
+    let mut result = loop {
+        let bytes = protobuf::edit_meta(body, &edit).map_err(unreadable)?;
+        let req = http::Request::post(&uri)
+            .header(header::CONTENT_TYPE, content_type.clone())
+            .header(header::ACCEPT, "application/json")
+            .body(bytes)
+            .map_err(|e| ApiError::internal(format!("building the dry run: {e}")))?;
+        match api.rt.client.request::<Value>(req).await {
+            Ok(decoded) => break decoded,
+            Err(kube::Error::Api(s))
+                if s.code == 409 && s.reason == "AlreadyExists" && !meta.name.is_empty() =>
+            {
+                if is_crd_kind(r) {
+                    let live =
+                        Api::<DynamicObject>::all_with(api.rt.client.clone(), &api_resource(r))
+                            .get(&meta.name)
+                            .await
+                            .map_err(|e| ApiError::from_kube(&e))?;
+                    break serde_json::to_value(live)
+                        .map_err(|e| ApiError::internal(format!("encoding the object: {e}")))?;
+                }
+                attempt += 1;
+                if attempt > 5 {
+                    return Err(ApiError::from_status(&s));
+                }
+                // the parent has an object of that name (a Namespace it holds too): let it pick
+                // a free one for the dry run; the original name is put back below
+                edit.generate_name = Some(meta.name.clone());
+            }
+            Err(e) => return Err(ApiError::from_kube(&e)),
+        }
+    };
+    if !result.is_object() {
+        return Err(ApiError::internal(
+            "the parent answered the dry run with something other than an object",
+        ));
+    }
+    if !result["metadata"].is_object() {
+        result["metadata"] = json!({});
+    }
+    let m = &mut result["metadata"];
+    // an empty name means the body used generateName: the dry run picked the name, keep it
+    if !meta.name.is_empty() {
+        m["name"] = json!(meta.name);
+    }
+    if let Some(fields) = m.as_object_mut() {
+        if meta.generate_name.is_empty() {
+            fields.remove("generateName");
+        }
+        fields.remove("namespace");
+        fields.remove("resourceVersion");
+    }
+    let namespace = Some(meta.namespace.as_str())
+        .filter(|ns| !ns.is_empty())
+        .or(t.namespace.as_deref());
+    if r.namespaced
+        && let Some(ns) = namespace
+    {
+        m["namespace"] = json!(ns);
+    }
+    if !meta.resource_version.is_empty() {
+        m["resourceVersion"] = json!(meta.resource_version);
+    }
+    Ok(result)
+}
+
 async fn get_manifest_opt(
     api: &ShadowApi,
     r: &ShadowResource,
@@ -377,13 +542,28 @@ async fn get_manifest(api: &ShadowApi, t: &Target, name: &str) -> Result<Manifes
 pub async fn create(
     api: &ShadowApi,
     t: &Target,
-    mut obj: Value,
+    obj: Value,
+    q: &BTreeMap<String, String>,
+) -> Result<Value, ApiError> {
+    create_decoded(api, t, Decoded::Sent(obj), q).await
+}
+
+async fn create_decoded(
+    api: &ShadowApi,
+    t: &Target,
+    body: Decoded,
     q: &BTreeMap<String, String>,
 ) -> Result<Value, ApiError> {
     let r = &t.resource;
+    let (mut obj, dry_run_done) = match body {
+        Decoded::Sent(o) => (o, false),
+        Decoded::DryRun(o) => (o, true),
+    };
     normalize(t, &mut obj)?;
     set_label(&mut obj, CREATED_BY_LABEL, CREATED_BY_HUB);
-    let mut validated = if skip_validating(&obj) {
+    let mut validated = if dry_run_done {
+        obj
+    } else if skip_validating(&obj) {
         if obj["metadata"]["name"]
             .as_str()
             .unwrap_or_default()
@@ -450,10 +630,24 @@ async fn update(
     api: &ShadowApi,
     t: &Target,
     name: &str,
-    mut obj: Value,
+    obj: Value,
+    q: &BTreeMap<String, String>,
+) -> Result<Value, ApiError> {
+    update_decoded(api, t, name, Decoded::Sent(obj), q).await
+}
+
+async fn update_decoded(
+    api: &ShadowApi,
+    t: &Target,
+    name: &str,
+    body: Decoded,
     q: &BTreeMap<String, String>,
 ) -> Result<Value, ApiError> {
     let r = &t.resource;
+    let (mut obj, dry_run_done) = match body {
+        Decoded::Sent(o) => (o, false),
+        Decoded::DryRun(o) => (o, true),
+    };
     normalize(t, &mut obj)?;
     match obj["metadata"]["name"].as_str() {
         None | Some("") => obj["metadata"]["name"] = json!(name),
@@ -470,7 +664,7 @@ async fn update(
         .filter(|s| !s.is_empty())
         .map(str::to_string);
     set_label(&mut obj, CREATED_BY_LABEL, CREATED_BY_HUB);
-    let mut validated = if skip_validating(&obj) {
+    let mut validated = if dry_run_done || skip_validating(&obj) {
         obj
     } else {
         dry_run(api, r, &obj, q).await?
@@ -768,23 +962,25 @@ async fn delete(
     }
 }
 
+/// The Manifest label selector, the field terms left for the transformed objects, and the
+/// requested resource version. A malformed selector is the caller's mistake: 400.
 fn list_params(
     t: &Target,
     q: &BTreeMap<String, String>,
-) -> Result<(String, Option<String>), ApiError> {
+) -> Result<(model::ListSelectors, Option<String>), ApiError> {
     let ns = if t.resource.namespaced {
         t.namespace.as_deref()
     } else {
         None
     };
-    let selector = model::list_label_selector(
+    let selectors = model::list_selectors(
         q.get("labelSelector").map(String::as_str),
         q.get("fieldSelector").map(String::as_str),
         &t.resource.kind,
         ns,
     )
-    .map_err(|e| ApiError::internal(e.to_string()))?;
-    Ok((selector, q.get("resourceVersion").cloned()))
+    .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    Ok((selectors, q.get("resourceVersion").cloned()))
 }
 
 async fn list(
@@ -792,9 +988,9 @@ async fn list(
     t: &Target,
     q: &BTreeMap<String, String>,
 ) -> Result<Value, ApiError> {
-    let (selector, rv) = list_params(t, q)?;
+    let (selectors, rv) = list_params(t, q)?;
     let lp = ListParams {
-        label_selector: Some(selector),
+        label_selector: Some(selectors.label_selector),
         limit: q.get("limit").and_then(|v| v.parse().ok()),
         continue_token: q.get("continue").cloned().filter(|s| !s.is_empty()),
         resource_version: rv.filter(|s| !s.is_empty()),
@@ -806,7 +1002,12 @@ async fn list(
         .map_err(|e| ApiError::from_kube(&e))?;
     let mut items = Vec::with_capacity(list.items.len());
     for m in &list.items {
-        items.push(transform(m)?);
+        let obj = transform(m)?;
+        // a page may come back shorter than `limit`; the continue token still resumes after
+        // the last Manifest read, which clients handle as the API server's own short pages
+        if selectors.fields.matches(&obj) {
+            items.push(obj);
+        }
     }
     Ok(model::list_object(
         &api_version(&t.resource),
@@ -907,9 +1108,10 @@ pub async fn watch(
     let q = query_map(query);
     // `kubectl get -w` asks for Table events; every event then carries a one-row Table
     let table = wants_table(headers).then(|| printer(api, &t.resource));
-    let (selector, rv) = list_params(t, &q)?;
+    let (selectors, rv) = list_params(t, &q)?;
+    let fields = selectors.fields;
     let wp = WatchParams {
-        label_selector: Some(selector),
+        label_selector: Some(selectors.label_selector),
         // the parent ends the Manifest watch before our client's read timeout would, so the
         // caller sees a clean end of stream and simply watches again
         timeout: Some(
@@ -931,23 +1133,33 @@ pub async fn watch(
         .map_err(|e| ApiError::from_kube(&e))?;
     let kind = t.resource.kind.clone();
     let av = api_version(&t.resource);
-    let events = stream.map(move |ev| {
+    let events = stream.filter_map(move |ev| {
+        // objects outside the field selector are not the watcher's business; unlike the API
+        // server we cannot tell "stopped matching" from "never matched", so such an object's
+        // later events are dropped rather than turned into a DELETED
+        let object_event = |kind: &str, m: &Manifest| match transform(m) {
+            Ok(o) if !fields.matches(&o) => None,
+            other => Some(event(kind, other, table.as_ref())),
+        };
         let line = match ev {
-            Ok(WatchEvent::Added(m)) => event("ADDED", transform(&m), table.as_ref()),
-            Ok(WatchEvent::Modified(m)) => event("MODIFIED", transform(&m), table.as_ref()),
-            Ok(WatchEvent::Deleted(m)) => event("DELETED", transform(&m), table.as_ref()),
-            Ok(WatchEvent::Bookmark(b)) => model::watch_event(
+            Ok(WatchEvent::Added(m)) => object_event("ADDED", &m),
+            Ok(WatchEvent::Modified(m)) => object_event("MODIFIED", &m),
+            Ok(WatchEvent::Deleted(m)) => object_event("DELETED", &m),
+            Ok(WatchEvent::Bookmark(b)) => Some(model::watch_event(
                 "BOOKMARK",
                 model::bookmark_object(&av, &kind, &b.metadata.resource_version),
-            ),
-            Ok(WatchEvent::Error(e)) => json!({"type": "ERROR", "object": {
+            )),
+            Ok(WatchEvent::Error(e)) => Some(json!({"type": "ERROR", "object": {
                 "kind": "Status", "apiVersion": "v1", "status": "Failure",
-                "message": e.message, "reason": e.reason, "code": e.code}}),
-            Err(e) => json!({"type": "ERROR", "object": ApiError::from_kube(&e).to_json()}),
+                "message": e.message, "reason": e.reason, "code": e.code}})),
+            Err(e) => Some(json!({"type": "ERROR", "object": ApiError::from_kube(&e).to_json()})),
         };
-        let mut bytes = serde_json::to_vec(&line).unwrap_or_default();
-        bytes.push(b'\n');
-        Ok::<_, std::convert::Infallible>(Frame::data(Bytes::from(bytes)))
+        let frame = line.map(|line| {
+            let mut bytes = serde_json::to_vec(&line).unwrap_or_default();
+            bytes.push(b'\n');
+            Ok::<_, std::convert::Infallible>(Frame::data(Bytes::from(bytes)))
+        });
+        std::future::ready(frame)
     });
     let mut resp = Response::new(boxed(StreamBody::new(events)));
     resp.headers_mut().insert(
@@ -991,6 +1203,63 @@ mod tests {
             "application/vnd.kubernetes.protobuf".parse().unwrap(),
         );
         assert_eq!(decode_object(&h, &Bytes::from("x")).unwrap_err().code, 415);
+    }
+
+    fn resource(
+        group: &str,
+        name: &str,
+        kind: &str,
+        namespaced: bool,
+        crd: bool,
+    ) -> ShadowResource {
+        ShadowResource {
+            group: group.into(),
+            version: "v1".into(),
+            name: name.into(),
+            singular_name: String::new(),
+            namespaced,
+            kind: kind.into(),
+            verbs: vec![],
+            short_names: vec![],
+            storage_version_hash: String::new(),
+            origin: if crd {
+                model::ResourceOrigin::Crd {
+                    has_status: false,
+                    has_scale: false,
+                }
+            } else {
+                model::ResourceOrigin::BuiltIn
+            },
+        }
+    }
+
+    #[test]
+    fn protobuf_is_decoded_for_built_ins_only() {
+        assert!(protobuf_decodable(&resource("", "configmaps", "ConfigMap", true, false)).is_ok());
+        let e = protobuf_decodable(&resource("example.com", "widgets", "Widget", true, true))
+            .unwrap_err();
+        assert_eq!((e.code, e.reason), (415, "UnsupportedMediaType"));
+        assert!(
+            e.message.contains(PROTOBUF) && e.message.contains("widgets.example.com"),
+            "{}",
+            e.message
+        );
+    }
+
+    #[test]
+    fn dry_runs_go_to_the_parents_own_collections() {
+        let cm = resource("", "configmaps", "ConfigMap", true, false);
+        assert_eq!(
+            parent_collection_path(&cm, "clusternet-reserved"),
+            "/api/v1/namespaces/clusternet-reserved/configmaps"
+        );
+        let ns = resource("", "namespaces", "Namespace", false, false);
+        assert_eq!(parent_collection_path(&ns, "r"), "/api/v1/namespaces");
+        let deploy = resource("apps", "deployments", "Deployment", true, false);
+        assert_eq!(
+            parent_collection_path(&deploy, "r"),
+            "/apis/apps/v1/namespaces/r/deployments"
+        );
     }
 
     #[test]
