@@ -407,17 +407,29 @@ async fn a_feed_in_use_is_not_deleted_until_its_subscriptions_are() {
         held.starts_with("block deleting current ConfigMap until all Subscriptions"),
         "{held}"
     );
-    let events = Api::<Event>::namespaced(parent.clone(), "clusternet-reserved")
-        .list(&ListParams::default().fields(&format!("involvedObject.name={}", manifests[0])))
-        .await
-        .expect("listing events");
-    assert!(
-        events
-            .items
-            .iter()
-            .any(|e| e.reason.as_deref() == Some("FeedInUse")),
-        "a FeedInUse event on the Manifest"
-    );
+    // events are recorded in the background: wait for it
+    wait_for(
+        "a FeedInUse event on the Manifest",
+        Duration::from_secs(15),
+        || async {
+            let events = Api::<Event>::namespaced(parent.clone(), "clusternet-reserved")
+                .list(
+                    &ListParams::default().fields(&format!("involvedObject.name={}", manifests[0])),
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+            if events
+                .items
+                .iter()
+                .any(|e| e.reason.as_deref() == Some("FeedInUse"))
+            {
+                Ok(())
+            } else {
+                Err("no FeedInUse event yet".to_string())
+            }
+        },
+    )
+    .await;
     // still there a while later
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(api.get_opt(&manifests[0]).await.expect("reading").is_some());
@@ -640,30 +652,40 @@ async fn missing_and_unsupported_feeds_are_reported_never_available() {
         .map(|a| a.feed_status_summary.available)
         .collect();
     assert_eq!(&available[2..], &[false, false], "{available:?}");
-    let events = Api::<Event>::namespaced(parent.clone(), &ns.name)
-        .list(&ListParams::default())
-        .await
-        .expect("listing events");
-    let reasons: Vec<(String, String)> = events
-        .items
-        .iter()
-        .map(|e| {
-            (
-                e.involved_object.name.clone().unwrap_or_default(),
-                e.reason.clone().unwrap_or_default(),
-            )
-        })
-        .collect();
-    for want in [
-        ("mixed", "FeedNotFound"),
-        ("mixed", "BaseCreated"),
-        ("charts", "NotImplemented"),
-    ] {
-        assert!(
-            reasons.iter().any(|(n, r)| n == want.0 && r == want.1),
-            "event {want:?} among {reasons:?}"
-        );
-    }
+    // events are recorded in the background: wait for them
+    wait_for(
+        "the Subscriptions' events",
+        Duration::from_secs(15),
+        || async {
+            let reasons: Vec<(String, String)> = Api::<Event>::namespaced(parent.clone(), &ns.name)
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?
+                .items
+                .iter()
+                .map(|e| {
+                    (
+                        e.involved_object.name.clone().unwrap_or_default(),
+                        e.reason.clone().unwrap_or_default(),
+                    )
+                })
+                .collect();
+            let missing: Vec<(&str, &str)> = [
+                ("mixed", "FeedNotFound"),
+                ("mixed", "BaseCreated"),
+                ("charts", "NotImplemented"),
+            ]
+            .into_iter()
+            .filter(|want| !reasons.iter().any(|(n, r)| n == want.0 && r == want.1))
+            .collect();
+            if missing.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("missing {missing:?} among {reasons:?}"))
+            }
+        },
+    )
+    .await;
     // a Base of charts only has no Description that could claim Success
     let sel = ListParams::default().labels(&format!(
         "apps.clusternet.io/subs.uid={}",
