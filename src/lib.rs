@@ -90,10 +90,7 @@ pub fn main_entry() -> ExitCode {
     }
     let cli = cli::Cli::parse();
     match &cli.command {
-        Some(cli::Command::Version { output }) => {
-            print_version(output);
-            return ExitCode::SUCCESS;
-        }
+        Some(cli::Command::Version { output }) => return emit(&version_text(output)),
         Some(cli::Command::Crds { out }) => return print_crds(out.as_deref()),
         _ => {}
     }
@@ -106,10 +103,7 @@ pub fn main_entry() -> ExitCode {
     };
     if let Some(cli::Command::Config { .. }) = &cli.command {
         return match config.to_yaml() {
-            Ok(y) => {
-                print!("{y}");
-                ExitCode::SUCCESS
-            }
+            Ok(y) => emit(&y),
             Err(e) => {
                 eprintln!("clusternet: {e}");
                 ExitCode::FAILURE
@@ -137,7 +131,23 @@ pub fn main_entry() -> ExitCode {
     }
 }
 
-fn print_version(output: &str) {
+/// Writes command output to stdout. A reader that went away (`clusternet crds | head -n 1`) ends
+/// the command quietly, as a closed pipe ends kubectl; any other I/O error is one readable line
+/// and a non-zero exit, never a panic.
+pub fn emit(text: &str) -> ExitCode {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("clusternet: writing the output: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn version_text(output: &str) -> String {
     let info = serde_json::json!({
         "programName": "clusternet",
         "gitVersion": format!("v{VERSION}"),
@@ -145,28 +155,25 @@ fn print_version(output: &str) {
         "compiler": "rustc",
     });
     match output {
-        "json" => println!("{info}"),
-        "yaml" => print!("{}", serde_yaml::to_string(&info).unwrap_or_default()),
-        _ => println!("clusternet version: v{VERSION}"),
+        "json" => format!("{info}\n"),
+        "yaml" => serde_yaml::to_string(&info).unwrap_or_default(),
+        _ => format!("clusternet version: v{VERSION}\n"),
     }
 }
 
 fn print_crds(out: Option<&std::path::Path>) -> ExitCode {
     let result = match out {
-        Some(dir) => {
-            apis::write_crds(dir).map_err(|e| format!("writing CRDs into {}: {e}", dir.display()))
-        }
+        Some(dir) => apis::write_crds(dir)
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(|e| format!("writing CRDs into {}: {e}", dir.display())),
         None => apis::crds_yaml()
-            .map(|y| print!("{y}"))
+            .map(|y| emit(&y))
             .map_err(|e| e.to_string()),
     };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("clusternet: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    result.unwrap_or_else(|e| {
+        eprintln!("clusternet: {e}");
+        ExitCode::FAILURE
+    })
 }
 
 #[cfg(test)]

@@ -149,3 +149,28 @@ fn version_platform_uses_go_names_in_binary_and_plugin() {
         "platform {platform:?} should use Go's architecture name {want_arch}"
     );
 }
+
+#[test]
+fn a_closed_pipe_ends_output_quietly() {
+    use std::io::Read;
+    // `clusternet crds | head -c 100`: far more YAML than a pipe holds, and the reader goes away
+    for args in [&["crds"][..], &["kubectl-clusternet", "version"][..]] {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_clusternet"))
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("running clusternet");
+        let mut first = [0u8; 1];
+        let mut stdout = child.stdout.take().expect("stdout");
+        stdout.read_exact(&mut first).expect("some output");
+        drop(stdout);
+        let out = child.wait_with_output().expect("waiting for clusternet");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !stderr.contains("panicked") && !stderr.contains("Broken pipe"),
+            "{args:?}: {stderr}"
+        );
+        assert!(out.status.success(), "{args:?}: {:?} {stderr}", out.status);
+    }
+}

@@ -87,8 +87,7 @@ fn run(args: &[OsString]) -> Result<ExitCode, PluginError> {
     let inv = args::split_args(args)?;
     // upstream's `version` sub-command validates nothing and talks to no server
     if args::subcommand(&inv.kubectl_args) == Some(OsStr::new("version")) {
-        println!("{}", version_json());
-        return Ok(ExitCode::SUCCESS);
+        return Ok(crate::emit(&format!("{}\n", version_json())));
     }
     let child = validate(&inv.own)?;
     let kubectl = find_kubectl()?;
