@@ -705,3 +705,58 @@ async fn the_agent_publishes_the_child_deployer_credentials() {
             .any(|f| f == "apps.clusternet.io/finalizer")
     );
 }
+
+#[tokio::test]
+async fn an_agent_whose_request_was_deleted_registers_again() {
+    let env = TestEnv::get();
+    env.with_controller();
+    let parent = env.parent().await;
+    let child = env.child(2).await;
+    let ns = TestNamespace::create(&child, &env.child_kubeconfig(2), "rereg").await;
+    let args = agent_args(env, 2, &ns.name, &format!("rereg-{}", &ns.name[6..]), &[]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut agent = Clusternet::start("agent-rereg-1", &args);
+    let id = wait_for("the agent's Lease", Duration::from_secs(10), || {
+        cluster_id(&child, &ns.name)
+    })
+    .await;
+    wait_for("Ready", Duration::from_secs(15), || {
+        ready_cluster(&parent, &id)
+    })
+    .await;
+    agent.kill();
+    // the stored credentials still work, but the request they registered with is gone
+    let crr: Api<ClusterRegistrationRequest> = Api::all(parent.clone());
+    let name = format!("clusternet-{id}");
+    crr.delete(&name, &kube::api::DeleteParams::default())
+        .await
+        .expect("deleting the request");
+    wait_for("the request gone", Duration::from_secs(15), || async {
+        match crr.get_opt(&name).await.map_err(|e| e.to_string())? {
+            None => Ok(()),
+            Some(_) => Err("still there".to_string()),
+        }
+    })
+    .await;
+    let again = Clusternet::start("agent-rereg-2", &args);
+    wait_for(
+        "a new request, approved",
+        Duration::from_secs(30),
+        || async {
+            let t = again.log_text();
+            if t.contains("filed a ClusterRegistrationRequest")
+                && t.contains("registered with the parent")
+            {
+                Ok(())
+            } else {
+                Err(t.lines().last().unwrap_or("").to_string())
+            }
+        },
+    )
+    .await;
+    assert!(crr.get_opt(&name).await.expect("reading").is_some());
+    wait_for("Ready again", Duration::from_secs(20), || {
+        ready_cluster(&parent, &id)
+    })
+    .await;
+}

@@ -251,6 +251,11 @@ async fn attempt(rt: &Runtime, cluster_id: &str) -> Result<Registration, Registr
                             "the parent no longer accepts the stored credentials; registering again with the bootstrap token"
                         )
                     }
+                    // the request was deleted in the parent (deliberately, to register again):
+                    // file a new one, instead of asking for the missing one forever
+                    Some(404) => {
+                        warn!(request = %name, "the ClusterRegistrationRequest is gone from the parent; registering again with the bootstrap token")
+                    }
                     _ => {
                         return Err(RegistrationError::Parent {
                             what: format!(
