@@ -591,8 +591,20 @@ async fn missing_and_unsupported_feeds_are_reported_never_available() {
     let clusters = register_with(env, &id, &[3], "Pull", &[], &[]).await;
     let c = &clusters[0];
     let appns = format!("truth-{id}");
-    let objects = namespace_and_config(&appns);
+    let mut objects = namespace_and_config(&appns);
+    objects.push(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "broken", "namespace": appns, "labels": {MANAGED: "clusternet-hub"}}}));
     let manifests = create_manifests(&parent, &objects).await;
+    // an override that cannot apply: reported under upstream's event name
+    let broken: clusternet::apis::Localization = serde_json::from_value(json!({
+        "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Localization", "metadata": {"name": "broken"},
+        "spec": {"priority": 500, "overridePolicy": "ApplyNow",
+            "feed": {"apiVersion": "v1", "kind": "ConfigMap", "namespace": appns, "name": "broken"},
+            "overrides": [{"name": "not-json", "type": "MergePatch", "value": "{not json"}]}}))
+    .expect("a Localization");
+    Api::<clusternet::apis::Localization>::namespaced(parent.clone(), &c.dedicated)
+        .create(&PostParams::default(), &broken)
+        .await
+        .expect("creating the Localization");
     let missing =
         json!({"apiVersion": "v1", "kind": "ConfigMap", "namespace": appns, "name": "nowhere"});
     let chart = json!({"apiVersion": "apps.clusternet.io/v1alpha1", "kind": "HelmChart", "namespace": "default", "name": "mysql"});
@@ -634,7 +646,7 @@ async fn missing_and_unsupported_feeds_are_reported_never_available() {
                 && cond.message.contains("ConfigMap")
                 && cond.message.contains("nowhere")
                 && cond.message.contains("Helm charts are not supported")
-                && st.aggregated_statuses.len() == 4
+                && st.aggregated_statuses.len() == 5
             {
                 Ok(st)
             } else {
@@ -651,7 +663,27 @@ async fn missing_and_unsupported_feeds_are_reported_never_available() {
         .iter()
         .map(|a| a.feed_status_summary.available)
         .collect();
-    assert_eq!(&available[2..], &[false, false], "{available:?}");
+    assert_eq!(&available[3..], &[false, false], "{available:?}");
+    wait_for(
+        "a FailedApplyingOverrides event on the Base",
+        Duration::from_secs(30),
+        || async {
+            let reasons: Vec<String> = Api::<Event>::namespaced(parent.clone(), &c.dedicated)
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?
+                .items
+                .into_iter()
+                .filter_map(|e| e.reason)
+                .collect();
+            if reasons.iter().any(|r| r == "FailedApplyingOverrides") {
+                Ok(())
+            } else {
+                Err(format!("{reasons:?}"))
+            }
+        },
+    )
+    .await;
     // events are recorded in the background: wait for them
     wait_for(
         "the Subscriptions' events",
