@@ -718,6 +718,40 @@ async fn missing_and_unsupported_feeds_are_reported_never_available() {
         },
     )
     .await;
+    // multi-cluster services are not implemented yet: a ServiceImport says so
+    let si: clusternet::apis::ServiceImport = serde_json::from_value(json!({
+        "apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ServiceImport", "metadata": {"name": "web"},
+        "spec": {"type": "ClusterSetIP", "ports": [{"port": 80, "protocol": "TCP"}]}}))
+    .expect("a ServiceImport");
+    Api::<clusternet::apis::ServiceImport>::namespaced(parent.clone(), &ns.name)
+        .create(&PostParams::default(), &si)
+        .await
+        .expect("creating the ServiceImport");
+    wait_for(
+        "NotImplemented on the ServiceImport",
+        Duration::from_secs(30),
+        || async {
+            let events = Api::<Event>::namespaced(parent.clone(), &ns.name)
+                .list(&ListParams::default().fields("involvedObject.kind=ServiceImport"))
+                .await
+                .map_err(|e| e.to_string())?;
+            match events
+                .items
+                .iter()
+                .find(|e| e.reason.as_deref() == Some("NotImplemented"))
+            {
+                Some(e)
+                    if e.message
+                        .as_deref()
+                        .is_some_and(|m| m.contains("not implemented")) =>
+                {
+                    Ok(())
+                }
+                _ => Err(format!("{} events", events.items.len())),
+            }
+        },
+    )
+    .await;
     // a Base of charts only has no Description that could claim Success
     let sel = ListParams::default().labels(&format!(
         "apps.clusternet.io/subs.uid={}",
