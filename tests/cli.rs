@@ -174,3 +174,50 @@ fn a_closed_pipe_ends_output_quietly() {
         assert!(out.status.success(), "{args:?}: {:?} {stderr}", out.status);
     }
 }
+
+#[test]
+fn the_plugin_helps_without_a_cluster() {
+    // the test environment's kubectl (built or reused by tests/env/k8s-bin.sh)
+    let bins = Command::new("bash")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/env/k8s-bin.sh"))
+        .output()
+        .expect("running tests/env/k8s-bin.sh");
+    let dir = String::from_utf8_lossy(&bins.stdout)
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .to_string();
+    let kubectl = std::path::Path::new(&dir).join("kubectl");
+    let home = std::env::temp_dir().join(format!("plugin-help-{}", std::process::id()));
+    std::fs::create_dir_all(&home).expect("an empty HOME");
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_clusternet"))
+            .arg("kubectl-clusternet")
+            .args(args)
+            .env("KUBECTL", &kubectl)
+            .env("HOME", &home)
+            .env("KUBECONFIG", home.join("no-such-kubeconfig"))
+            .output()
+            .expect("running the plugin");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    for args in [&["--help"][..], &["get", "--help"][..], &[][..]] {
+        let (ok, out, err) = run(args);
+        assert!(ok, "{args:?}: {err}");
+        let own = out.find("--cluster-id").expect("the plugin's own flags");
+        let theirs = out.find("kubectl").expect("kubectl's help");
+        assert!(
+            own < out.rfind("kubectl's own help follows").unwrap_or(0) && theirs < out.len(),
+            "{out}"
+        );
+        assert!(out.contains("--child-kubeconfig") && out.contains("--clusternet-as"));
+        assert!(!err.contains("no configuration has been provided"), "{err}");
+    }
+    let (ok, out, err) = run(&["completion", "bash"]);
+    assert!(ok && out.contains("complete"), "{err}");
+    let _ = std::fs::remove_dir_all(&home);
+}

@@ -89,6 +89,21 @@ fn run(args: &[OsString]) -> Result<ExitCode, PluginError> {
     if args::subcommand(&inv.kubectl_args) == Some(OsStr::new("version")) {
         return Ok(crate::emit(&format!("{}\n", version_json())));
     }
+    if needs_no_cluster(&inv.kubectl_args) {
+        // help and completion talk to no server: no kubeconfig is needed (or read)
+        let kubectl = find_kubectl()?;
+        if inv.kubectl_args.is_empty() || wants_help(&inv.kubectl_args) {
+            let code = crate::emit(OWN_HELP);
+            if code != ExitCode::SUCCESS {
+                return Ok(code);
+            }
+        }
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(PluginError::Runtime)?;
+        return runtime.block_on(run_kubectl(&kubectl, Vec::new(), &inv.kubectl_args));
+    }
     let child = validate(&inv.own)?;
     let kubectl = find_kubectl()?;
     let config = kubeconfig::load_kubeconfig(&inv.config)?;
@@ -112,6 +127,47 @@ fn run(args: &[OsString]) -> Result<ExitCode, PluginError> {
     // the proxy's connection tasks may still hold a finished watch; nothing there needs flushing
     runtime.shutdown_background();
     result
+}
+
+/// The plugin's own flags, printed above kubectl's help.
+const OWN_HELP: &str = "\
+kubectl clusternet: kubectl for Clusternet's parent and child clusters.
+
+Without --cluster-id, requests go to the parent's shadow API (objects sent there are stored as
+Manifests, to be distributed with Subscriptions); with --cluster-id and --child-kubeconfig, to that
+child cluster through the parent's socket proxy and the agent's tunnel.
+
+Clusternet flags:
+      --cluster-id string              ID of the child cluster (its ManagedCluster's spec.clusterId)
+      --child-kubeconfig string        kubeconfig holding the child cluster's credentials
+      --clusternet-as string           user to impersonate inside the child cluster
+      --clusternet-as-group strings    groups to impersonate inside the child cluster (repeatable)
+      --clusternet-as-uid string       UID to impersonate inside the child cluster
+
+Plugin commands:
+  version                              print the plugin's version (no server needed)
+
+kubectl's own help follows.
+
+";
+
+/// `-h`/`--help` anywhere before `--`, or the `help` command.
+fn wants_help(kubectl_args: &[OsString]) -> bool {
+    kubectl_args
+        .iter()
+        .take_while(|a| a.as_os_str() != "--")
+        .any(|a| a == "-h" || a == "--help")
+        || args::subcommand(kubectl_args) == Some(OsStr::new("help"))
+}
+
+/// Help, completion and a bare `kubectl clusternet` (which prints help) need no cluster.
+fn needs_no_cluster(kubectl_args: &[OsString]) -> bool {
+    kubectl_args.is_empty()
+        || wants_help(kubectl_args)
+        || matches!(
+            args::subcommand(kubectl_args).and_then(OsStr::to_str),
+            Some("completion" | "__complete" | "__completeNoDesc")
+        )
 }
 
 /// Upstream `ClusternetOptions.Validate`; returns `(cluster id, child kubeconfig)` in child mode.
@@ -370,6 +426,22 @@ mod tests {
             child_kubeconfig: child.map(String::from),
             ..OwnFlags::default()
         }
+    }
+
+    #[test]
+    fn help_and_completion_need_no_cluster() {
+        let a = |v: &[&str]| v.iter().map(OsString::from).collect::<Vec<_>>();
+        assert!(needs_no_cluster(&a(&[])));
+        assert!(needs_no_cluster(&a(&["--help"])));
+        assert!(needs_no_cluster(&a(&["get", "pods", "-h"])));
+        assert!(needs_no_cluster(&a(&["help", "get"])));
+        assert!(needs_no_cluster(&a(&["completion", "bash"])));
+        assert!(!needs_no_cluster(&a(&["get", "pods"])));
+        // after `--` it is an argument of the command, not a help request
+        assert!(!needs_no_cluster(&a(&[
+            "exec", "web", "--", "ls", "--help"
+        ])));
+        assert!(!wants_help(&a(&["completion", "bash"])));
     }
 
     #[test]
