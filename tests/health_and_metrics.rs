@@ -96,3 +96,68 @@ async fn readyz_waits_for_the_informer_cache_and_metrics_show_subsystems() {
         .args(["delete", "namespace", &ns, "--wait=false"])
         .output();
 }
+
+#[tokio::test]
+async fn reconcilers_report_controller_runtime_metrics() {
+    use kube::api::{Api, DeleteParams, PostParams};
+    let env = TestEnv::get();
+    env.install_crds();
+    let parent = env.parent().await;
+    let ns = support::TestNamespace::create(&parent, &env.parent_kubeconfig(), "crmetrics").await;
+    // the only controller of this test binary: its own Lease namespace
+    let controller = Clusternet::start(
+        "controller-metrics",
+        &[
+            "--role=controller",
+            &format!("--kubeconfig={}", env.parent_kubeconfig().display()),
+            &format!("--leader-elect-resource-namespace={}", ns.name),
+        ],
+    );
+    let subs: Api<clusternet::apis::Subscription> = Api::namespaced(parent.clone(), &ns.name);
+    let sub = serde_json::from_value(serde_json::json!({
+        "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Subscription", "metadata": {"name": "counted"},
+        "spec": {"subscribers": [{"clusterAffinity": {"matchLabels": {"nobody": "here"}}}],
+                 "feeds": [{"apiVersion": "v1", "kind": "ConfigMap", "namespace": "x", "name": "y"}]}}))
+    .expect("a Subscription");
+    subs.create(&PostParams::default(), &sub)
+        .await
+        .expect("creating a Subscription");
+    let value = |m: &str, prefix: &str| {
+        m.lines()
+            .find(|l| l.starts_with(prefix))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+    };
+    let metrics = wait_for("controller-runtime series", Duration::from_secs(30), || async {
+        let (_, m) = controller.get("/metrics").await?;
+        let done = value(
+            &m,
+            "controller_runtime_reconcile_total{controller=\"subscription\",result=\"success\"}",
+        );
+        if done.is_some_and(|v| v >= 1.0) {
+            Ok(m)
+        } else {
+            Err(m)
+        }
+    })
+    .await;
+    for needle in [
+        "controller_runtime_reconcile_time_seconds_bucket{controller=\"subscription\"",
+        "controller_runtime_active_workers{controller=\"subscription\"}",
+        "controller_runtime_max_concurrent_reconciles{controller=\"subscription\"} 8",
+    ] {
+        assert!(
+            metrics.contains(needle),
+            "/metrics lacks {needle}:\n{metrics}"
+        );
+    }
+    let _ = subs.delete("counted", &DeleteParams::default()).await;
+    // its finalizer is the controller's to release: wait before the controller stops
+    wait_for("the Subscription gone", Duration::from_secs(30), || async {
+        match subs.get_opt("counted").await.map_err(|e| e.to_string())? {
+            None => Ok(()),
+            Some(_) => Err("still there".to_string()),
+        }
+    })
+    .await;
+}

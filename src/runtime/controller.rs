@@ -107,6 +107,12 @@ pub async fn run_with<K, R, Fut, E, S>(
     let reconcile = Arc::new(reconcile);
     let backoff = Backoff::default();
     let seconds = metrics::histogram!("clusternet_controller_reconcile_duration_seconds", "controller" => name);
+    // the same figures under controller-runtime's names, which existing dashboards and alerts use
+    let time =
+        metrics::histogram!("controller_runtime_reconcile_time_seconds", "controller" => name);
+    let active = metrics::gauge!("controller_runtime_active_workers", "controller" => name);
+    metrics::gauge!("controller_runtime_max_concurrent_reconciles", "controller" => name)
+        .set(f64::from(concurrency));
     let (tick_tx, tick_rx) = futures::channel::mpsc::unbounded::<()>();
     let _ = tick_tx.unbounded_send(());
     let on_error = backoff.clone();
@@ -118,16 +124,25 @@ pub async fn run_with<K, R, Fut, E, S>(
         .run(
             move |obj, _ctx: Arc<()>| {
                 let reconcile = reconcile.clone();
-                let seconds = seconds.clone();
+                let (seconds, time, active) = (seconds.clone(), time.clone(), active.clone());
                 let backoff = backoff.clone();
                 async move {
                     let start = std::time::Instant::now();
                     let key = object_key(obj.as_ref());
+                    active.increment(1.0);
                     let r = reconcile(obj).await;
-                    seconds.record(start.elapsed().as_secs_f64());
-                    if r.is_ok() {
-                        backoff.succeeded(&key);
-                    }
+                    active.decrement(1.0);
+                    let elapsed = start.elapsed().as_secs_f64();
+                    seconds.record(elapsed);
+                    time.record(elapsed);
+                    let result = match &r {
+                        Ok(_) => {
+                            backoff.succeeded(&key);
+                            "success"
+                        }
+                        Err(_) => "error",
+                    };
+                    metrics::counter!("controller_runtime_reconcile_total", "controller" => name, "result" => result).increment(1);
                     r
                 }
             },
@@ -141,6 +156,7 @@ pub async fn run_with<K, R, Fut, E, S>(
                     debug!(controller = name, object = %object_key(obj.as_ref()), error = %err, failures, retry_in = ?wait, "reconcile failed; retrying");
                 }
                 metrics::counter!("clusternet_controller_reconcile_errors_total", "controller" => name).increment(1);
+                metrics::counter!("controller_runtime_reconcile_errors_total", "controller" => name).increment(1);
                 Action::requeue(wait)
             },
             Arc::new(()),
