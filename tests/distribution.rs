@@ -1,4 +1,4 @@
-//! The main job end to end (shared/spec/deployer.md): Manifests + a Subscription in the parent
+//! The main job end to end (docs/spec/deployer.md): Manifests + a Subscription in the parent
 //! become objects in real children, through the scheduler, Bases, Descriptions and the agents
 //! (Pull) or the parent (Push); status flows back; deleting the Subscription removes everything.
 

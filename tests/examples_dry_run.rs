@@ -1,4 +1,4 @@
-//! Upstream's example scenarios (shared/spec/cli.md §3), kept in `tests/scenarios/`, are accepted
+//! Upstream's example scenarios (docs/spec/cli.md §3), kept in `tests/scenarios/`, are accepted
 //! by a real parent API server once `clusternet crds` is installed: every file passes a server-side
 //! dry run without the server dropping any Clusternet field, bad enum values are rejected naming
 //! the field, and kubectl's discovery features (explain, the `clusternet` category) work.

@@ -1,5 +1,5 @@
 //! The FeedInventory controller turns a Dividing Subscription's workload Manifests into the
-//! replica facts the scheduler divides (shared/spec/deployer.md §12).
+//! replica facts the scheduler divides (docs/spec/deployer.md §12).
 
 mod support;
 

@@ -1,4 +1,4 @@
-//! The hub against real control planes (shared/spec/hub.md, cli.md): the shadow API behind the
+//! The hub against real control planes (docs/spec/hub.md, cli.md): the shadow API behind the
 //! parent's aggregator driven by `kubectl clusternet` and plain kubectl, a CRD created after the
 //! hub started, children reached through the agents' reverse tunnels (kubectl get/logs/exec,
 //! 403 for a user without rights in the child), bad input answered with Status errors, and a hub

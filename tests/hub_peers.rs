@@ -1,4 +1,4 @@
-//! Peer hubs (shared/spec/hub.md §2.6): a second hub replica, which no agent is connected to,
+//! Peer hubs (docs/spec/hub.md §2.6): a second hub replica, which no agent is connected to,
 //! proxies into a child whose tunnel landed on the first hub, through the peer tunnel between
 //! the two; and it stops doing so once it can no longer tell which peer has the agent.
 

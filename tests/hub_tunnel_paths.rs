@@ -1,5 +1,5 @@
 //! The parent reaching children through the hub's socket proxy and the agents' tunnels
-//! (shared/spec/hub.md §2.2-§2.3, deployer.md §9, scheduler.md §5.3): Push mode applies and
+//! (docs/spec/hub.md §2.2-§2.3, deployer.md §9, scheduler.md §5.3): Push mode applies and
 //! removes a child's objects through `sockets/<id>/proxy/direct` when the child's advertised API
 //! server address is useless to the parent (as behind NAT), and Dynamic dividing asks predictors
 //! that only listen inside their child through `sockets/<id>/proxy/http/<host:port>`.

@@ -1,4 +1,4 @@
-//! Children join the parent (shared/spec/registration.md, status.md) with real agents against real
+//! Children join the parent (docs/spec/registration.md, status.md) with real agents against real
 //! child API servers and the controller role against the real parent.
 
 mod support;

@@ -1,4 +1,4 @@
-//! The scheduler against real clusters (shared/spec/scheduler.md): which ManagedClusters a
+//! The scheduler against real clusters (docs/spec/scheduler.md): which ManagedClusters a
 //! Subscription binds, and how Dividing splits replicas, as written into `Subscription.status`.
 
 mod support;

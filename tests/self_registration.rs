@@ -1,5 +1,5 @@
 //! The parent registers itself as a child: one process with every role against the parent
-//! (shared/spec/registration.md §9).
+//! (docs/spec/registration.md §9).
 
 mod support;
 

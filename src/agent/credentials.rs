@@ -1,4 +1,4 @@
-//! The child's deployer credentials handed to the parent (shared/spec/registration.md §6): the
+//! The child's deployer credentials handed to the parent (docs/spec/registration.md §6): the
 //! token of the child's `clusternet-app-deployer` ServiceAccount, stored as Secret
 //! `child-cluster-deployer` in the cluster's dedicated namespace, so the parent can deploy in
 //! Push/Dual mode and prune in every mode.

@@ -1,4 +1,4 @@
-//! The agent's Pull deployer (shared/spec/agent.md §3, deployer.md §9): when this agent is the
+//! The agent's Pull deployer (docs/spec/agent.md §3, deployer.md §9): when this agent is the
 //! deployer (Pull, or Dual without AppPusher) it watches the Descriptions of its dedicated
 //! namespace in the parent and applies them to the child with the child's app-deployer
 //! credentials (falling back to its own when those are not installed).

@@ -1,4 +1,4 @@
-//! The agent: the only Clusternet process in a child cluster (shared/spec/agent.md). On the
+//! The agent: the only Clusternet process in a child cluster (docs/spec/agent.md). On the
 //! elected replica it registers the cluster with the parent, publishes the child's deployer
 //! credentials, and heartbeats the ManagedCluster status; when the parent stops accepting it
 //! (credentials revoked, cluster deleted) it says so and registers again.

@@ -1,4 +1,4 @@
-//! The agent's built-in capacity predictor (shared/spec/agent.md §4): how many more replicas of a
+//! The agent's built-in capacity predictor (docs/spec/agent.md §4): how many more replicas of a
 //! given shape fit in this child. Served as plain HTTP on `localhost:<--predictor-port>`
 //! (`POST /replicas/predict`), read by the scheduler for Dynamic dividing.
 

@@ -1,4 +1,4 @@
-//! The agent's side of registration (shared/spec/registration.md §2-§3, §7): the cluster ID is the
+//! The agent's side of registration (docs/spec/registration.md §2-§3, §7): the cluster ID is the
 //! UID of the agent's Lease, a `ClusterRegistrationRequest clusternet-<id>` is filed with the
 //! bootstrap token, and once approved the dedicated credentials are stored in the child (Secret
 //! `parent-cluster`) and used from then on. Stored credentials are reused across restarts; when

@@ -1,5 +1,5 @@
 //! Heartbeat: the agent collects the child's state every collect period and writes it into its
-//! ManagedCluster's status (shared/spec/status.md §2-§5): versions, health endpoints, node
+//! ManagedCluster's status (docs/spec/status.md §2-§5): versions, health endpoints, node
 //! statistics, capacity, CIDRs, gates, predictor fields and the `Ready` condition. It writes when
 //! something changed, or when a heartbeat is due, never in between. Node labels with the
 //! configured prefixes are aggregated onto the ManagedCluster's labels.

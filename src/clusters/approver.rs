@@ -1,4 +1,4 @@
-//! Registration approval (`crrapprover`, shared/spec/registration.md §4): for each
+//! Registration approval (`crrapprover`, docs/spec/registration.md §4): for each
 //! ClusterRegistrationRequest, the dedicated namespace, the ManagedCluster, a ServiceAccount with a
 //! token Secret, RBAC scoped to that namespace, and the token and CA written into the request's
 //! status. Idempotent: every object is looked up by the cluster-id label first, so retries,

@@ -1,4 +1,4 @@
-//! Cluster lifecycle (`clusterlifecycle`, shared/spec/status.md §6): a cluster whose agent stops
+//! Cluster lifecycle (`clusterlifecycle`, docs/spec/status.md §6): a cluster whose agent stops
 //! heartbeating for three periods turns `Ready=Unknown` and gets the
 //! `clusters.clusternet.io/unschedulable:NoSchedule` taint, which goes away when heartbeats resume.
 //! Deleting a ManagedCluster removes its dedicated namespace, RBAC and credentials, and marks its

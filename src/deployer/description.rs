@@ -1,4 +1,4 @@
-//! Reconciling one Generic Description against its child (shared/spec/deployer.md §8, §10, §11):
+//! Reconciling one Generic Description against its child (docs/spec/deployer.md §8, §10, §11):
 //! apply, prune, record per-object status (`status.manifestStatuses`, phase, reason), repair drift
 //! by re-applying periodically, and on deletion remove the objects before releasing the finalizer.
 

@@ -1,4 +1,4 @@
-//! Generic deployment of a Description's objects into a child (shared/spec/deployer.md §8):
+//! Generic deployment of a Description's objects into a child (docs/spec/deployer.md §8):
 //! each object is prepared (ownership annotations, `clusternet.io/last-applied-configuration`)
 //! and applied with server-side apply under a `clusternet/...` field manager; Namespaces and CRDs
 //! go first. Objects that were applied before but are no longer desired are pruned; deleting a

@@ -1,4 +1,4 @@
-//! Applying Descriptions to a child cluster (shared/spec/deployer.md §8-§11), shared by the agent
+//! Applying Descriptions to a child cluster (docs/spec/deployer.md §8-§11), shared by the agent
 //! (Pull, and Dual without AppPusher) and the parent (Push, and Dual with AppPusher).
 
 pub mod description;

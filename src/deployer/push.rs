@@ -1,4 +1,4 @@
-//! The parent's side of deploying (shared/spec/deployer.md §9, §11): for clusters in Push mode, or
+//! The parent's side of deploying (docs/spec/deployer.md §9, §11): for clusters in Push mode, or
 //! Dual with AppPusher, the controller applies Descriptions to the child with the child's
 //! `child-cluster-deployer` credentials; for a cluster that no longer exists, a deleted
 //! Description's finalizer is released without touching the child (a cluster that is merely

@@ -1,4 +1,4 @@
-//! Who deploys a cluster's Descriptions (shared/spec/deployer.md §9).
+//! Who deploys a cluster's Descriptions (docs/spec/deployer.md §9).
 
 use crate::apis::{ClusterSyncMode, ManagedCluster};
 

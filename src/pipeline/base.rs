@@ -1,4 +1,4 @@
-//! Base -> Description (shared/spec/deployer.md §4-§5): the feeds of a Base are resolved to their
+//! Base -> Description (docs/spec/deployer.md §4-§5): the feeds of a Base are resolved to their
 //! Manifests, each template is rendered with the Globalizations and Localizations that apply to
 //! it, and the result is written as Description `<base>-generic`. An unchanged Description is not
 //! rewritten. A rendering error (a broken patch, say) is reported as a Warning event on the Base

@@ -1,4 +1,4 @@
-//! FeedInventory controller (gate `FeedInventory`, shared/spec/deployer.md §12): for every
+//! FeedInventory controller (gate `FeedInventory`, docs/spec/deployer.md §12): for every
 //! Dividing Subscription, the desired replicas, per-replica requirements and replica JSON path of
 //! each feed, written as FeedInventory `<ns>/<name>` for the scheduler to divide replicas with.
 

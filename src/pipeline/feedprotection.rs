@@ -1,4 +1,4 @@
-//! Feed-in-use protection (gate `FeedInUseProtection`, shared/spec/deployer.md §6): every Manifest
+//! Feed-in-use protection (gate `FeedInUseProtection`, docs/spec/deployer.md §6): every Manifest
 //! carries the `apps.clusternet.io/feed-protection` finalizer, and deleting a Manifest that a
 //! Subscription still uses as a feed is held back: the Manifest says which Subscriptions hold it
 //! (annotation `apps.clusternet.io/feed-protection`, also shown by the shadow API, and a Warning

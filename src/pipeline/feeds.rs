@@ -1,4 +1,4 @@
-//! Which Manifests a feed refers to (shared/spec/deployer.md §4.1): Manifests in the reserved
+//! Which Manifests a feed refers to (docs/spec/deployer.md §4.1): Manifests in the reserved
 //! namespace whose `config.group`, `config.version`, `config.kind`, `config.name` labels match the
 //! feed, and `config.namespace` only when the feed names a namespace.
 

@@ -1,6 +1,6 @@
 //! The distribution pipeline in the parent (controller role): Subscription -> Base -> Description.
 //! So far: feed resolution (which Manifests a feed names) and the FeedInventory controller that
-//! feeds the scheduler's replica division (shared/spec/deployer.md §12).
+//! feeds the scheduler's replica division (docs/spec/deployer.md §12).
 
 pub mod base;
 pub mod feedinventory;

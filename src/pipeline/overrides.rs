@@ -1,5 +1,5 @@
 //! Overrides: which Localization/Globalization rules apply to a rendered object, and how they
-//! patch it (shared/spec/deployer.md §5.2-§5.5). Pure functions, no API server: the Description
+//! patch it (docs/spec/deployer.md §5.2-§5.5). Pure functions, no API server: the Description
 //! renderer hands in informer state and writes the results into `Description.spec.raw` /
 //! `chartRaw`.
 //!

@@ -1,4 +1,4 @@
-//! Aggregated status (shared/spec/deployer.md §13): per feed of a Subscription, the state of its
+//! Aggregated status (docs/spec/deployer.md §13): per feed of a Subscription, the state of its
 //! object in every binding cluster (available, replica counters), summed into a summary, written to
 //! `status.aggregatedStatuses` only when it changed. Beyond upstream, any kind reporting standard
 //! `status.conditions` (Ready/Available True) or replica fields counts as available when it says so.

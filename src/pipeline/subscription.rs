@@ -1,4 +1,4 @@
-//! Subscription -> Base (shared/spec/deployer.md §2-§3): one Base per binding cluster in that
+//! Subscription -> Base (docs/spec/deployer.md §2-§3): one Base per binding cluster in that
 //! cluster's dedicated namespace, carrying the Subscription's feeds, plus for Dividing
 //! Subscriptions a priority-1000 Localization per workload feed that sets the cluster's share of
 //! replicas. Bases of clusters no longer bound are deleted; deleting the Subscription deletes its

@@ -1,4 +1,4 @@
-//! The scheduler's I/O shell (shared/spec/scheduler.md §2-§4, §6): the queue, what triggers a
+//! The scheduler's I/O shell (docs/spec/scheduler.md §2-§4, §6): the queue, what triggers a
 //! scheduling cycle, reading the cache, running the framework, writing the binding into
 //! `Subscription.status` (never rewriting an unchanged status) and the events that explain it.
 

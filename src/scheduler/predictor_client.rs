@@ -1,4 +1,4 @@
-//! The scheduler's side of the capacity predictor exchange (shared/spec/scheduler.md §5.3):
+//! The scheduler's side of the capacity predictor exchange (docs/spec/scheduler.md §5.3):
 //! `POST <base>/replicas/predict` with the feed's ReplicaRequirements and header `Cluster-ID`;
 //! the answer's `replicas.default` is how many replicas the cluster accepts. The predictor is
 //! asked directly (`predictorDirectAccess`) or, as upstream, through the parent's socket proxy and

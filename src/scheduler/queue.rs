@@ -1,4 +1,4 @@
-//! The scheduling queue (shared/spec/scheduler.md §2): an active queue ordered by
+//! The scheduling queue (docs/spec/scheduler.md §2): an active queue ordered by
 //! `spec.priority` (higher first) then enqueue time, and a backoff queue for failed attempts
 //! (1 s doubling per attempt, capped at 10 s). Adding a key that waits in backoff moves it to the
 //! active queue at once; deleting Subscriptions are forgotten.

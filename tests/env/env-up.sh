@@ -175,7 +175,7 @@ YAML
   kubectl --kubeconfig="$DIR/$c.kubeconfig" apply -f "$DIR/pki/$c/nodes.yaml" >/dev/null || fail "cannot create fake nodes in $c"
 done
 
-# --- bootstrap token + the RBAC Clusternet agents register with (shared/spec/registration.md §1) ---
+# --- bootstrap token + the RBAC Clusternet agents register with (docs/spec/registration.md §1) ---
 rand() { python3 -c 'import secrets, string, sys; a = sys.argv[2]; print("".join(secrets.choice(a) for _ in range(int(sys.argv[1]))))' "$1" "$2"; }
 TOKEN_ID=$(rand 6 abcdefghijklmnopqrstuvwxyz0123456789)
 TOKEN_SECRET=$(rand 16 abcdefghijklmnopqrstuvwxyz0123456789)

@@ -6,7 +6,7 @@
 #
 # Why a wrapper module: k8s.io/kubernetes and etcd's server module carry replace directives, which
 # `go install pkg@version` refuses; a throwaway main module pins the staging modules instead
-# (see shared/testenv.md §1-§3).
+# (see docs/testenv.md §1-§3).
 set -euo pipefail
 
 KUBE_VERSION=${KUBE_VERSION:-1.36.3}
