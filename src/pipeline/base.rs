@@ -314,29 +314,60 @@ async fn render(ctx: &Ctx, base: &Base) -> Result<Action, BaseError> {
     let labels = description_labels(base);
     // a Base of Helm charts only has no Generic Description (not an empty one that says Success)
     let generic_wanted = base.spec.feeds.iter().any(|f| f.kind != "HelmChart");
-    let mut fresh = false;
-    loop {
-        if !generic_wanted {
-            break;
-        }
-        // a write that fails because the cached Description was stale is redone once with a
-        // fresh read (`retry`); anything else fails as before
-        let retry = |e: &kube::Error, fresh: bool| !fresh && api_code(e) == Some(409);
-        match existing {
-            Some(d) if d.metadata.deletion_timestamp.is_some() => {
-                return Err(BaseError::Feed {
-                    base: key,
-                    message: format!("Description {name} is being deleted; waiting"),
-                });
-            }
-            Some(d) => {
-                let mut merged = d.labels().clone();
-                merged.extend(labels.clone());
-                if d.spec != spec || &merged != d.labels() {
-                    let mut updated = d.clone();
-                    updated.spec = spec.clone();
-                    updated.metadata.labels = Some(merged);
-                    match descs.replace(&name, &PostParams::default(), &updated).await {
+    if generic_wanted {
+        let mut fresh = false;
+        loop {
+            // a write that fails because the cached Description was stale is redone once with a
+            // fresh read (`retry`); anything else fails as before
+            let retry = |e: &kube::Error, fresh: bool| !fresh && api_code(e) == Some(409);
+            match existing {
+                Some(d) if d.metadata.deletion_timestamp.is_some() => {
+                    return Err(BaseError::Feed {
+                        base: key,
+                        message: format!("Description {name} is being deleted; waiting"),
+                    });
+                }
+                Some(d) => {
+                    let mut merged = d.labels().clone();
+                    merged.extend(labels.clone());
+                    if d.spec != spec || &merged != d.labels() {
+                        let mut updated = d.clone();
+                        updated.spec = spec.clone();
+                        updated.metadata.labels = Some(merged);
+                        match descs.replace(&name, &PostParams::default(), &updated).await {
+                            Ok(_) => {}
+                            Err(e) if retry(&e, fresh) => {
+                                existing = read_description(&descs, &name, &key).await?;
+                                fresh = true;
+                                continue;
+                            }
+                            Err(source) => {
+                                return Err(BaseError::Api {
+                                    base: key.clone(),
+                                    what: "updating the Description",
+                                    source,
+                                });
+                            }
+                        }
+                        info!(base = %key, description = %name, "DescriptionUpdated");
+                        ctx.events.normal(
+                            base,
+                            "DescriptionUpdated",
+                            &format!("Description {ns}/{name} is updated successfully"),
+                        );
+                    }
+                }
+                None => {
+                    let mut d = Description::new(&name, spec.clone());
+                    d.metadata = ObjectMeta {
+                        name: Some(name.clone()),
+                        namespace: Some(ns.clone()),
+                        labels: Some(labels.clone()),
+                        finalizers: Some(vec![known::APP_FINALIZER.to_string()]),
+                        owner_references: base.controller_owner_ref(&()).map(|r| vec![r]),
+                        ..Default::default()
+                    };
+                    match descs.create(&PostParams::default(), &d).await {
                         Ok(_) => {}
                         Err(e) if retry(&e, fresh) => {
                             existing = read_description(&descs, &name, &key).await?;
@@ -346,53 +377,21 @@ async fn render(ctx: &Ctx, base: &Base) -> Result<Action, BaseError> {
                         Err(source) => {
                             return Err(BaseError::Api {
                                 base: key.clone(),
-                                what: "updating the Description",
+                                what: "creating the Description",
                                 source,
                             });
                         }
                     }
-                    info!(base = %key, description = %name, "DescriptionUpdated");
+                    info!(base = %key, description = %name, "DescriptionCreated");
                     ctx.events.normal(
                         base,
-                        "DescriptionUpdated",
-                        &format!("Description {ns}/{name} is updated successfully"),
+                        "DescriptionCreated",
+                        &format!("Description {ns}/{name} is created successfully"),
                     );
                 }
             }
-            None => {
-                let mut d = Description::new(&name, spec.clone());
-                d.metadata = ObjectMeta {
-                    name: Some(name.clone()),
-                    namespace: Some(ns.clone()),
-                    labels: Some(labels.clone()),
-                    finalizers: Some(vec![known::APP_FINALIZER.to_string()]),
-                    owner_references: base.controller_owner_ref(&()).map(|r| vec![r]),
-                    ..Default::default()
-                };
-                match descs.create(&PostParams::default(), &d).await {
-                    Ok(_) => {}
-                    Err(e) if retry(&e, fresh) => {
-                        existing = read_description(&descs, &name, &key).await?;
-                        fresh = true;
-                        continue;
-                    }
-                    Err(source) => {
-                        return Err(BaseError::Api {
-                            base: key.clone(),
-                            what: "creating the Description",
-                            source,
-                        });
-                    }
-                }
-                info!(base = %key, description = %name, "DescriptionCreated");
-                ctx.events.normal(
-                    base,
-                    "DescriptionCreated",
-                    &format!("Description {ns}/{name} is created successfully"),
-                );
-            }
+            break;
         }
-        break;
     }
     // other Descriptions of this Base (e.g. a -helm one whose charts are gone)
     let base_uid = base.uid().unwrap_or_default();
