@@ -91,6 +91,18 @@ async fn bases_of(parent: &kube::Client, sub: &Subscription) -> Vec<Base> {
         .items
 }
 
+/// The reasons of the events recorded in `ns` of the parent.
+async fn event_reasons(parent: &kube::Client, ns: &str) -> Result<Vec<String>, String> {
+    Ok(Api::<Event>::namespaced(parent.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?
+        .items
+        .into_iter()
+        .filter_map(|e| e.reason)
+        .collect())
+}
+
 async fn delete_all(
     parent: &kube::Client,
     subs: &Api<Subscription>,
@@ -507,14 +519,7 @@ async fn objects_two_subscriptions_share_stay_until_both_are_gone() {
         "DescriptionCreated and SuccessfullyDeployed events",
         Duration::from_secs(30),
         || async {
-            let reasons: Vec<String> = Api::<Event>::namespaced(parent.clone(), &c.dedicated)
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?
-                .items
-                .into_iter()
-                .filter_map(|e| e.reason)
-                .collect();
+            let reasons = event_reasons(&parent, &c.dedicated).await?;
             if ["DescriptionCreated", "SuccessfullyDeployed"]
                 .iter()
                 .all(|r| reasons.iter().any(|x| x == r))
@@ -668,14 +673,7 @@ async fn missing_and_unsupported_feeds_are_reported_never_available() {
         "a FailedApplyingOverrides event on the Base",
         Duration::from_secs(30),
         || async {
-            let reasons: Vec<String> = Api::<Event>::namespaced(parent.clone(), &c.dedicated)
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?
-                .items
-                .into_iter()
-                .filter_map(|e| e.reason)
-                .collect();
+            let reasons = event_reasons(&parent, &c.dedicated).await?;
             if reasons.iter().any(|r| r == "FailedApplyingOverrides") {
                 Ok(())
             } else {
