@@ -363,17 +363,8 @@ async fn dry_run(
                     .map_err(|e| ApiError::internal(format!("encoding the object: {e}")))?;
             }
             Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists" => {
-                if is_crd_kind(r) {
-                    let live = dyn_api
-                        .get(&original_name)
-                        .await
-                        .map_err(|e| ApiError::from_kube(&e))?;
-                    break serde_json::to_value(live)
-                        .map_err(|e| ApiError::internal(format!("encoding the object: {e}")))?;
-                }
-                attempt += 1;
-                if attempt > 5 {
-                    return Err(ApiError::from_status(&s));
+                if let Some(live) = on_name_clash(api, r, &original_name, &mut attempt, &s).await? {
+                    break live;
                 }
                 candidate["metadata"]["name"] = json!(format!(
                     "{original_name}{}",
@@ -396,6 +387,32 @@ async fn dry_run(
         }
     }
     Ok(result)
+}
+
+/// A dry-run create in the parent met an object of the same name: a CRD that already exists is
+/// the live definition (hub.md §3.3 step 4), returned as `Some`; anything else is tried again
+/// under another name (`None`), at most five times.
+async fn on_name_clash(
+    api: &ShadowApi,
+    r: &ShadowResource,
+    name: &str,
+    attempt: &mut u32,
+    clash: &kube::core::Status,
+) -> Result<Option<Value>, ApiError> {
+    if is_crd_kind(r) {
+        let live = Api::<DynamicObject>::all_with(api.rt.client.clone(), &api_resource(r))
+            .get(name)
+            .await
+            .map_err(|e| ApiError::from_kube(&e))?;
+        return serde_json::to_value(live)
+            .map(Some)
+            .map_err(|e| ApiError::internal(format!("encoding the object: {e}")));
+    }
+    *attempt += 1;
+    if *attempt > 5 {
+        return Err(ApiError::from_status(clash));
+    }
+    Ok(None)
 }
 
 /// Lets the parent decode a protobuf body, which the hub cannot read without every built-in
@@ -454,18 +471,8 @@ async fn dry_run_protobuf(
             Err(kube::Error::Api(s))
                 if s.code == 409 && s.reason == "AlreadyExists" && !meta.name.is_empty() =>
             {
-                if is_crd_kind(r) {
-                    let live =
-                        Api::<DynamicObject>::all_with(api.rt.client.clone(), &api_resource(r))
-                            .get(&meta.name)
-                            .await
-                            .map_err(|e| ApiError::from_kube(&e))?;
-                    break serde_json::to_value(live)
-                        .map_err(|e| ApiError::internal(format!("encoding the object: {e}")))?;
-                }
-                attempt += 1;
-                if attempt > 5 {
-                    return Err(ApiError::from_status(&s));
+                if let Some(live) = on_name_clash(api, r, &meta.name, &mut attempt, &s).await? {
+                    break live;
                 }
                 // the parent has an object of that name (a Namespace it holds too): let it pick
                 // a free one for the dry run; the original name is put back below
