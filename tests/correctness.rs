@@ -316,13 +316,7 @@ async fn dividing_children_never_see_more_than_their_share() {
     let manifests = create_manifests(&parent, &objects).await;
     let ns = TestNamespace::create(&parent, &env.parent_kubeconfig(), "subs").await;
     let subs: Api<Subscription> = Api::namespaced(parent.clone(), &ns.name);
-    let sub: Subscription = serde_json::from_value(json!({
-        "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Subscription", "metadata": {"name": "divided"},
-        "spec": {"schedulingStrategy": "Dividing", "dividingScheduling": {"type": "Static"},
-            "subscribers": [{"clusterAffinity": {"matchLabels": {"e2e": id, "w": "1"}}, "weight": 1},
-                            {"clusterAffinity": {"matchLabels": {"e2e": id, "w": "2"}}, "weight": 2}],
-            "feeds": feeds(&objects)}}))
-    .expect("a Subscription");
+    let sub = support::static_dividing_subscription(&id, &objects);
     subs.create(&PostParams::default(), &sub)
         .await
         .expect("creating the Subscription");

@@ -180,13 +180,7 @@ async fn static_dividing_pushes_two_and_four_replicas() {
     let manifests = create_manifests(&parent, &objects).await;
     let ns = TestNamespace::create(&parent, &env.parent_kubeconfig(), "subs").await;
     let subs: Api<Subscription> = Api::namespaced(parent.clone(), &ns.name);
-    let sub: Subscription = serde_json::from_value(json!({
-        "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Subscription", "metadata": {"name": "divided"},
-        "spec": {"schedulingStrategy": "Dividing", "dividingScheduling": {"type": "Static"},
-            "subscribers": [{"clusterAffinity": {"matchLabels": {"e2e": id, "w": "1"}}, "weight": 1},
-                            {"clusterAffinity": {"matchLabels": {"e2e": id, "w": "2"}}, "weight": 2}],
-            "feeds": Value::Array(objects.iter().map(support::feed_of).collect())}}))
-    .expect("a Subscription");
+    let sub = support::static_dividing_subscription(&id, &objects);
     let sub = subs
         .create(&PostParams::default(), &sub)
         .await

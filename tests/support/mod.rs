@@ -962,3 +962,18 @@ pub fn kubeconfig_server(kubeconfig: &Path) -> std::net::SocketAddr {
         .parse()
         .expect("a socket address")
 }
+
+/// Subscription `divided` that splits `objects` Static 1:2 between the clusters labelled
+/// `e2e=<id>,w=1` and `e2e=<id>,w=2` (upstream's static dividing example).
+pub fn static_dividing_subscription(
+    id: &str,
+    objects: &[serde_json::Value],
+) -> clusternet::apis::Subscription {
+    serde_json::from_value(json!({
+        "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Subscription", "metadata": {"name": "divided"},
+        "spec": {"schedulingStrategy": "Dividing", "dividingScheduling": {"type": "Static"},
+            "subscribers": [{"clusterAffinity": {"matchLabels": {"e2e": id, "w": "1"}}, "weight": 1},
+                            {"clusterAffinity": {"matchLabels": {"e2e": id, "w": "2"}}, "weight": 2}],
+            "feeds": objects.iter().map(feed_of).collect::<Vec<_>>()}}))
+    .expect("a Subscription")
+}
