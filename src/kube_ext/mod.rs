@@ -1,6 +1,7 @@
 //! Small helpers kube does not have: resource quantities, label strings, random name suffixes,
-//! strategic merge patches, and the metadata of Kubernetes protobuf bodies.
+//! strategic and JSON merge patches, and the metadata of Kubernetes protobuf bodies.
 
+pub mod merge_patch;
 pub mod protobuf;
 pub mod quantity;
 pub mod strategic_merge;

@@ -8,6 +8,7 @@
 //! exactly the number of feasible clusters wanted, equal scores are ordered by
 //! `namespace/name`, and prediction failures are examined in cluster order.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
@@ -204,7 +205,7 @@ pub async fn schedule(
     state: &CycleState,
     offset: &mut FilterOffset,
     sub: &Subscription,
-    clusters: &[ManagedCluster],
+    clusters: &[impl Borrow<ManagedCluster>],
     inventory: Option<&FeedInventory>,
 ) -> Result<ScheduleResult, ScheduleError> {
     if clusters.is_empty() {
@@ -218,8 +219,10 @@ pub async fn schedule(
         (false, _) => None,
     };
 
-    let mut sorted: Vec<(String, &ManagedCluster)> =
-        clusters.iter().map(|c| (cluster_key(c), c)).collect();
+    let mut sorted: Vec<(String, &ManagedCluster)> = clusters
+        .iter()
+        .map(|c| (cluster_key(c.borrow()), c.borrow()))
+        .collect();
     sorted.sort_by(|a, b| a.0.cmp(&b.0));
     let fit_error = |diagnosis| {
         ScheduleError::Fit(FitError {

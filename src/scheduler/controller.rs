@@ -10,7 +10,8 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Taint;
 use kube::ResourceExt;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::reflector::Store;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
@@ -24,6 +25,7 @@ use crate::apis::{
     FeedInventory, ManagedCluster, ReplicaRequirements, SchedulingStrategy, Subscription,
     SubscriptionStatus,
 };
+use crate::kube_ext::merge_patch;
 use crate::runtime::events::Events;
 use crate::runtime::{Runtime, api_code};
 
@@ -292,11 +294,7 @@ async fn schedule_one_inner(
     let Some((ns, name)) = key.split_once('/') else {
         return Ok(Decided::Done("dropped"));
     };
-    let Some(sub) = subs
-        .state()
-        .into_iter()
-        .find(|s| s.namespace().as_deref() == Some(ns) && s.name_any() == name)
-    else {
+    let Some(sub) = subs.get(&ObjectRef::new(name).within(ns)) else {
         return Ok(Decided::Done("dropped"));
     };
     if sub.metadata.deletion_timestamp.is_some() {
@@ -307,11 +305,7 @@ async fn schedule_one_inner(
         return Ok(Decided::Done("dropped"));
     };
     let inventory = if sub.spec.effective_scheduling_strategy() == SchedulingStrategy::Dividing {
-        let inv = inventories
-            .state()
-            .into_iter()
-            .find(|i| i.namespace().as_deref() == Some(ns) && i.name_any() == name);
-        let Some(inv) = inv else {
+        let Some(inv) = inventories.get(&ObjectRef::new(name).within(ns)) else {
             debug!(subscription = %key, "waiting for its FeedInventory");
             return Ok(Decided::Done("dropped"));
         };
@@ -326,7 +320,8 @@ async fn schedule_one_inner(
     if !binder::needs_scheduling(&sub, inventory.as_ref()) {
         return Ok(Decided::Done("unchanged"));
     }
-    let all: Vec<ManagedCluster> = clusters.state().iter().map(|c| (**c).clone()).collect();
+    // the cache's own Arcs: a decision reads the clusters, it never copies them
+    let all = clusters.state();
     let state = CycleState::new();
     let (target, outcome) = match super::schedule(
         fwk,
@@ -456,18 +451,20 @@ impl AsyncBinder {
     async fn bind(&self, key: &str, b: &Binding) -> Result<(), String> {
         let ns = b.sub.namespace().unwrap_or_default();
         let name = b.sub.name_any();
-        let mut updated = (*b.sub).clone();
-        updated.status = Some(b.status.clone());
-        let api: Api<Subscription> = Api::namespaced(self.rt.client.clone(), &ns);
-        match api
-            .replace_status(&name, &PostParams::default(), &updated)
-            .await
-        {
-            Ok(_) => {}
-            Err(e) if api_code(&e) == Some(409) => {
-                return Err("the Subscription changed meanwhile".into());
+        // upstream's binder: a JSON merge patch of the status the decision started from against
+        // the new one, so only what changed travels and fields other writers own are left alone
+        let old = serde_json::json!({ "status": b.sub.status });
+        let new = serde_json::json!({ "status": b.status });
+        if let Some(patch) = merge_patch::create(&old, &new) {
+            let api: Api<Subscription> = Api::namespaced(self.rt.client.clone(), &ns);
+            match api
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if api_code(&e) == Some(404) => return Ok(()),
+                Err(e) => return Err(format!("writing the binding: {e}")),
             }
-            Err(e) => return Err(format!("writing the binding: {e}")),
         }
         if b.outcome == "scheduled" {
             self.events.normal(
@@ -475,7 +472,8 @@ impl AsyncBinder {
                 "Scheduled",
                 &binder::scheduled_event_message(&b.sub, &b.status.binding_clusters),
             );
-            info!(subscription = %key, clusters = ?b.status.binding_clusters, "scheduled");
+            // the cluster names are in the event; a log line per binding stays short
+            info!(subscription = %key, clusters = b.status.binding_clusters.len(), "scheduled");
         }
         if let Some(fwk) = self.profiles.for_subscription(&b.sub) {
             fwk.run_post_bind(&b.state, &b.sub, &b.target).await;
