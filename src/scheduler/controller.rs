@@ -74,6 +74,17 @@ fn ready(mc: &ManagedCluster) -> bool {
         .is_some_and(|c| c.status == "True")
 }
 
+/// Subscription key -> (uid, generation) of the spec last enqueued.
+type SeenSpecs = HashMap<String, (Option<String>, Option<i64>)>;
+
+/// Whether a Subscription event asks for scheduling: a new object or a new spec; status writes
+/// never do. By uid too: one deleted and created again under its name starts at generation 1
+/// again, and its deletion may not have been seen (no finalizer, no deletionTimestamp).
+fn spec_is_new(seen: &mut SeenSpecs, key: &str, s: &Subscription) -> bool {
+    let now = (s.metadata.uid.clone(), s.metadata.generation);
+    seen.insert(key.to_string(), now.clone()) != Some(now)
+}
+
 /// What a cluster change is judged by (§3).
 #[derive(Clone, PartialEq)]
 struct ClusterFacts {
@@ -133,7 +144,7 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         let mut cluster_events = clusters.subscribe().boxed();
         let cluster_store = clusters.store.clone();
         tokio::spawn(async move {
-            let mut generations: HashMap<String, Option<i64>> = HashMap::new();
+            let mut generations = SeenSpecs::new();
             let mut facts: HashMap<String, ClusterFacts> = cluster_store
                 .state()
                 .iter()
@@ -169,9 +180,7 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
                             generations.remove(&key);
                             continue;
                         }
-                        // status writes never trigger: only new objects and spec changes
-                        let generation = s.metadata.generation;
-                        if generations.insert(key.clone(), generation) != Some(generation) {
+                        if spec_is_new(&mut generations, &key, &s) {
                             queue.add(&key, s.spec.priority.unwrap_or(0));
                         }
                     }
@@ -485,5 +494,36 @@ impl AsyncBinder {
                 name,
             });
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sub(uid: &str, generation: i64) -> Subscription {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Subscription",
+            "metadata": {"name": "s", "namespace": "n", "uid": uid, "generation": generation},
+            "spec": {"subscribers": [], "feeds": []}}))
+        .expect("a Subscription")
+    }
+
+    #[test]
+    fn new_objects_and_specs_trigger_status_writes_do_not() {
+        let mut seen = SeenSpecs::new();
+        assert!(spec_is_new(&mut seen, "n/s", &sub("u1", 1)), "a new object");
+        assert!(
+            !spec_is_new(&mut seen, "n/s", &sub("u1", 1)),
+            "a status write"
+        );
+        assert!(
+            spec_is_new(&mut seen, "n/s", &sub("u1", 2)),
+            "a spec change"
+        );
+        assert!(
+            spec_is_new(&mut seen, "n/s", &sub("u2", 1)),
+            "created again under the same name"
+        );
     }
 }

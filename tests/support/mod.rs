@@ -269,6 +269,52 @@ impl Clusternet {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+
+    /// CPU seconds and memory of the process so far (Linux /proc).
+    pub fn usage(&self) -> ProcUsage {
+        ProcUsage::of(self.child.id())
+    }
+}
+
+/// What a process has used, read from /proc: CPU seconds (user + system), resident memory now
+/// and its peak (VmHWM), in MiB. Zeros when the process is gone.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ProcUsage {
+    pub cpu_seconds: f64,
+    pub rss_mib: f64,
+    pub peak_rss_mib: f64,
+}
+
+impl ProcUsage {
+    pub fn of(pid: u32) -> ProcUsage {
+        // clock ticks per second: 100 on every Linux this runs on (USER_HZ)
+        const TICKS: f64 = 100.0;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // fields after the command name (which may hold spaces) start at field 3 (state)
+        let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ticks = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let kib = |key: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        ProcUsage {
+            // utime and stime are fields 14 and 15 of stat, 11 and 12 after the state
+            cpu_seconds: (ticks(11) + ticks(12)) / TICKS,
+            rss_mib: kib("VmRSS:") / 1024.0,
+            peak_rss_mib: kib("VmHWM:") / 1024.0,
+        }
+    }
 }
 
 impl Drop for Clusternet {
