@@ -50,6 +50,32 @@ pub fn delay(failures: u32) -> Duration {
     BACKOFF_MIN.saturating_mul(1u32 << exp).min(BACKOFF_MAX)
 }
 
+/// The `reason` label of an error: its variant's name in snake case (`BaseError::Render(..)` is
+/// `render`), as controller-rs's `Error::metric_label`, for every reconciler's error enum at once.
+pub fn metric_label(err: &impl std::fmt::Debug) -> String {
+    let debug = format!("{err:?}");
+    let variant: String = debug
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect();
+    let mut label = String::with_capacity(variant.len() + 4);
+    for (i, c) in variant.chars().enumerate() {
+        if c.is_ascii_uppercase() {
+            if i > 0 {
+                label.push('_');
+            }
+            label.push(c.to_ascii_lowercase());
+        } else {
+            label.push(c);
+        }
+    }
+    if label.is_empty() {
+        "unknown".to_string()
+    } else {
+        label
+    }
+}
+
 fn object_key<K: Resource>(obj: &K) -> String {
     let m = obj.meta();
     format!(
@@ -155,7 +181,7 @@ pub async fn run_with<K, R, Fut, E, S>(
                 } else {
                     debug!(controller = name, object = %object_key(obj.as_ref()), error = %err, failures, retry_in = ?wait, "reconcile failed; retrying");
                 }
-                metrics::counter!("clusternet_controller_reconcile_errors_total", "controller" => name).increment(1);
+                metrics::counter!("clusternet_controller_reconcile_errors_total", "controller" => name, "reason" => metric_label(err)).increment(1);
                 metrics::counter!("controller_runtime_reconcile_errors_total", "controller" => name).increment(1);
                 Action::requeue(wait)
             },
@@ -173,6 +199,25 @@ pub async fn run_with<K, R, Fut, E, S>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Debug)]
+    #[allow(dead_code)]
+    enum SampleError {
+        Render(String),
+        FinalizerFailed { reason: String },
+        Gone,
+    }
+
+    #[test]
+    fn errors_are_labelled_by_their_variant() {
+        assert_eq!(metric_label(&SampleError::Render("x".into())), "render");
+        assert_eq!(
+            metric_label(&SampleError::FinalizerFailed { reason: "y".into() }),
+            "finalizer_failed"
+        );
+        assert_eq!(metric_label(&SampleError::Gone), "gone");
+        assert_eq!(metric_label(&"a string"), "unknown");
+    }
 
     #[test]
     fn retries_back_off_exponentially_up_to_a_cap() {

@@ -16,7 +16,7 @@ use kube::runtime::reflector::Store;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
-use super::framework::{BindOutcome, CycleState, TargetClusters};
+use super::framework::{BindOutcome, CycleState, PluginFailure, TargetClusters};
 use super::predictor_client::{self, PredictorRoute};
 use super::queue::SchedulingQueue;
 use super::{FilterOffset, PredictorClient, Profiles, Registry, binder, labels};
@@ -257,6 +257,7 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
             }
             Err(e) => {
                 let delay = queue.add_backoff(&key);
+                metrics::counter!("clusternet_scheduler_errors_total", "reason" => e.metric_label()).increment(1);
                 warn!(subscription = %key, error = %e, retry_in = ?delay, "scheduling failed");
                 "error"
             }
@@ -278,7 +279,7 @@ fn schedule_one<'a>(
     events: &'a Events,
     offset: &'a mut FilterOffset,
     key: &'a str,
-) -> BoxFuture<'a, Result<Decided, String>> {
+) -> BoxFuture<'a, Result<Decided, CycleError>> {
     Box::pin(schedule_one_inner(
         profiles,
         subs,
@@ -299,7 +300,7 @@ async fn schedule_one_inner(
     events: &Events,
     offset: &mut FilterOffset,
     key: &str,
-) -> Result<Decided, String> {
+) -> Result<Decided, CycleError> {
     let Some((ns, name)) = key.split_once('/') else {
         return Ok(Decided::Done("dropped"));
     };
@@ -347,7 +348,7 @@ async fn schedule_one_inner(
             let message = binder::truncate_event_message(&e.to_string());
             events.warn(sub.as_ref(), "FailedScheduling", &message);
             if e.should_requeue() {
-                return Err(message);
+                return Err(CycleError::Schedule(message));
             }
             info!(subscription = %key, reason = %message, "no cluster fits: clearing the binding");
             (TargetClusters::default(), "unschedulable")
@@ -355,18 +356,11 @@ async fn schedule_one_inner(
     };
     if let Err(e) = fwk.run_reserve(&state, &sub, &target) {
         fwk.run_unreserve(&state, &sub, &target);
-        return Err(e.to_string());
+        return Err(e.into());
     }
-    fwk.run_permit(&state, &sub, &target)
-        .map_err(|e| e.to_string())?;
-    fwk.run_pre_bind(&state, &sub, &target)
-        .await
-        .map_err(|e| e.to_string())?;
-    let status = match fwk
-        .run_bind(&state, &sub, &target)
-        .await
-        .map_err(|e| e.to_string())?
-    {
+    fwk.run_permit(&state, &sub, &target)?;
+    fwk.run_pre_bind(&state, &sub, &target).await?;
+    let status = match fwk.run_bind(&state, &sub, &target).await? {
         BindOutcome::PatchStatus(status) => status,
         BindOutcome::Bound => return Ok(Decided::Done(outcome)),
     };
@@ -382,6 +376,30 @@ async fn schedule_one_inner(
         target,
         outcome,
     })))
+}
+
+/// Why a scheduling cycle or its binding failed; retried with the queue's backoff.
+#[derive(Debug, thiserror::Error)]
+enum CycleError {
+    /// Scheduling failed in a way worth retrying (the event already says why).
+    #[error("{0}")]
+    Schedule(String),
+    /// A plugin of a later extension point (reserve, permit, pre-bind, bind) refused.
+    #[error(transparent)]
+    Plugin(#[from] PluginFailure),
+    #[error("writing the binding: {0}")]
+    Write(#[source] kube::Error),
+}
+
+impl CycleError {
+    /// The `reason` label of `clusternet_scheduler_errors_total`.
+    fn metric_label(&self) -> &'static str {
+        match self {
+            CycleError::Schedule(_) => "schedule",
+            CycleError::Plugin(_) => "plugin",
+            CycleError::Write(_) => "write",
+        }
+    }
 }
 
 /// What one scheduling cycle decided.
@@ -451,13 +469,14 @@ impl AsyncBinder {
                 Err(e) => {
                     let delay = this.queue.add_backoff(&key);
                     metrics::counter!("clusternet_scheduler_binding_errors_total").increment(1);
+                    metrics::counter!("clusternet_scheduler_errors_total", "reason" => e.metric_label()).increment(1);
                     warn!(subscription = %key, error = %e, retry_in = ?delay, "writing the binding failed");
                 }
             }
         });
     }
 
-    async fn bind(&self, key: &str, b: &Binding) -> Result<(), String> {
+    async fn bind(&self, key: &str, b: &Binding) -> Result<(), CycleError> {
         let ns = b.sub.namespace().unwrap_or_default();
         let name = b.sub.name_any();
         // upstream's binder: a JSON merge patch of the status the decision started from against
@@ -472,7 +491,7 @@ impl AsyncBinder {
             {
                 Ok(_) => {}
                 Err(e) if api_code(&e) == Some(404) => return Ok(()),
-                Err(e) => return Err(format!("writing the binding: {e}")),
+                Err(e) => return Err(CycleError::Write(e)),
             }
         }
         if b.outcome == "scheduled" {
