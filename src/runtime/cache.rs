@@ -14,7 +14,7 @@ use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
 use futures::{StreamExt, TryStreamExt};
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
@@ -33,6 +33,8 @@ where
 {
     pub store: Store<K>,
     changes: tokio::sync::broadcast::Sender<Arc<K>>,
+    /// The store's one writer, shared by the watch and [`Shared::observe_write`].
+    writer: Arc<Mutex<reflector::store::Writer<K>>>,
     /// Set once the first list arrived. kube's `Store::wait_until_ready` wakes only one of several
     /// concurrent waiters (a shared oneshot), so one task waits there and everybody else here.
     ready: tokio::sync::watch::Receiver<bool>,
@@ -46,6 +48,7 @@ where
         Shared {
             store: self.store.clone(),
             changes: self.changes.clone(),
+            writer: self.writer.clone(),
             ready: self.ready.clone(),
         }
     }
@@ -59,6 +62,31 @@ where
     pub async fn ready(&self) -> bool {
         let mut rx = self.ready.clone();
         rx.wait_for(|r| *r).await.is_ok()
+    }
+
+    /// Takes the API server's answer to this process's own write of `obj` into the cache at once,
+    /// when it is newer than what the cache holds, and tells the subscribers: the next stage in
+    /// this process starts from it instead of waiting for the watch to echo it back (the echo,
+    /// same resourceVersion, is then skipped). It is the server's state at that resourceVersion,
+    /// exactly what the watch will deliver, so roles in one process and roles in several behave
+    /// the same, one only sooner.
+    pub fn observe_write(&self, obj: K)
+    where
+        K::DynamicType: Default,
+    {
+        let mut obj = obj;
+        obj.meta_mut().managed_fields = None;
+        let key = ObjectRef::from_obj(&obj);
+        let held = self.store.get(&key);
+        if !is_newer(obj.meta().resource_version.as_deref(), held.as_deref()) {
+            return;
+        }
+        {
+            let mut writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+            writer.apply_watcher_event(&watcher::Event::Apply(obj.clone()));
+        }
+        metrics::counter!("clusternet_cache_writes_observed_total").increment(1);
+        let _ = self.changes.send(Arc::new(obj));
     }
 
     /// A new subscription to the objects this cache applies or deletes (deleted ones are gone from
@@ -154,6 +182,7 @@ impl SharedCache {
             return existing.clone();
         }
         let (store, writer) = reflector::store::<K>();
+        let writer = Arc::new(Mutex::new(writer));
         let (changes, _) = tokio::sync::broadcast::channel(SUBSCRIBER_BUFFER);
         let api: Api<K> = Api::all(self.client.clone());
         let stream = watcher(api, config.any_semantic())
@@ -164,10 +193,10 @@ impl SharedCache {
                 ev.modify(|o| {
                     o.meta_mut().managed_fields = None;
                 })
-            })
-            .reflect(writer)
-            .touched_objects();
+            });
         let sender = changes.clone();
+        let watch_writer = writer.clone();
+        let watch_store = store.clone();
         let shutdown = self.shutdown.clone();
         let kind = key.clone();
         let objects = metrics::gauge!("clusternet_cache_objects", "kind" => key.clone());
@@ -178,10 +207,13 @@ impl SharedCache {
                 tokio::select! {
                     _ = shutdown.cancelled() => break,
                     ev = stream.next() => match ev {
-                        Some(Ok(obj)) => {
+                        Some(Ok(ev)) => {
+                            let touched = reflect(&watch_writer, &watch_store, ev);
                             objects.set(counter_store.state().len() as f64);
-                            // no subscriber yet is fine: they start from the store
-                            let _ = sender.send(Arc::new(obj));
+                            if let Some(obj) = touched {
+                                // no subscriber yet is fine: they start from the store
+                                let _ = sender.send(Arc::new(obj));
+                            }
                         }
                         Some(Err(e)) => debug!(kind = %kind, error = %e, "watch error (retrying with backoff)"),
                         None => break,
@@ -204,10 +236,52 @@ impl SharedCache {
         let shared = Shared {
             store,
             changes,
+            writer,
             ready,
         };
         entries.insert(key, Box::new(shared.clone()));
         shared
+    }
+}
+
+/// Applies one watch event to the store, as kube's reflector does, except that an object older
+/// than the one [`Shared::observe_write`] already put there is not applied (the watch lags
+/// behind our own write) and the echo of that write is not announced again. Returns the object
+/// to announce to subscribers.
+fn reflect<K>(
+    writer: &Mutex<reflector::store::Writer<K>>,
+    store: &Store<K>,
+    ev: watcher::Event<K>,
+) -> Option<K>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone + Default,
+{
+    if let watcher::Event::Apply(obj) = &ev {
+        let held = store.get(&ObjectRef::from_obj(obj));
+        if held.is_some() && !is_newer(obj.meta().resource_version.as_deref(), held.as_deref()) {
+            return None;
+        }
+    }
+    let mut writer = writer.lock().unwrap_or_else(|p| p.into_inner());
+    writer.apply_watcher_event(&ev);
+    match ev {
+        watcher::Event::Apply(o) | watcher::Event::Delete(o) | watcher::Event::InitApply(o) => {
+            Some(o)
+        }
+        watcher::Event::Init | watcher::Event::InitDone => None,
+    }
+}
+
+/// Whether resourceVersion `new` is later than that of `held`. resourceVersions are opaque, but
+/// every API server backed by etcd issues increasing integers; anything else counts as newer, so
+/// the watch always wins when they cannot be compared.
+fn is_newer<K: Resource>(new: Option<&str>, held: Option<&K>) -> bool {
+    let Some(held) = held else { return true };
+    let parse = |v: Option<&str>| v.and_then(|v| v.parse::<u64>().ok());
+    match (parse(new), parse(held.meta().resource_version.as_deref())) {
+        (Some(n), Some(h)) => n > h,
+        _ => true,
     }
 }
 
@@ -341,6 +415,52 @@ mod tests {
             },
             ..Default::default()
         }
+    }
+
+    #[tokio::test]
+    async fn an_observed_write_is_seen_at_once_and_its_late_echo_is_not_announced_again() {
+        let (store, writer) = reflector::store::<ConfigMap>();
+        let (changes, mut rx) = tokio::sync::broadcast::channel(16);
+        let (_ready_tx, ready) = tokio::sync::watch::channel(true);
+        let shared = Shared {
+            store: store.clone(),
+            changes,
+            writer: Arc::new(Mutex::new(writer)),
+            ready,
+        };
+        let w = shared.writer.clone();
+        assert_eq!(
+            reflect(&w, &store, watcher::Event::Apply(cm("a", "4")))
+                .map(|o| o.metadata.resource_version),
+            Some(Some("4".into()))
+        );
+        // our own write answered with rv 5: in the store and announced at once
+        shared.observe_write(cm("a", "5"));
+        let rv = |s: &Store<ConfigMap>| {
+            s.get(&ObjectRef::new("a").within("ns"))
+                .and_then(|o| o.metadata.resource_version.clone())
+        };
+        assert_eq!(rv(&store).as_deref(), Some("5"));
+        assert_eq!(
+            rx.try_recv()
+                .ok()
+                .and_then(|o| o.metadata.resource_version.clone())
+                .as_deref(),
+            Some("5")
+        );
+        // an older or equal answer changes nothing
+        shared.observe_write(cm("a", "3"));
+        assert!(rx.try_recv().is_err());
+        // the watch lagging behind: older events are not applied, the echo is not announced
+        assert!(reflect(&w, &store, watcher::Event::Apply(cm("a", "4"))).is_none());
+        assert!(reflect(&w, &store, watcher::Event::Apply(cm("a", "5"))).is_none());
+        assert_eq!(rv(&store).as_deref(), Some("5"));
+        // newer changes and deletions flow as before
+        assert!(reflect(&w, &store, watcher::Event::Apply(cm("a", "6"))).is_some());
+        assert!(reflect(&w, &store, watcher::Event::Delete(cm("a", "7"))).is_some());
+        assert!(rv(&store).is_none());
+        // resourceVersions that are not integers cannot be compared: the watch wins
+        assert!(is_newer(Some("x"), Some(&cm("a", "9"))));
     }
 
     #[test]

@@ -26,6 +26,7 @@ use crate::apis::{
     SubscriptionStatus,
 };
 use crate::kube_ext::merge_patch;
+use crate::runtime::cache::Shared;
 use crate::runtime::events::Events;
 use crate::runtime::{Runtime, api_code};
 
@@ -217,6 +218,7 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     let events = Events::new(rt.client.clone(), "clusternet-scheduler");
     let binder = AsyncBinder {
         rt: rt.clone(),
+        subs: subs.clone(),
         profiles: profiles.clone(),
         queue: queue.clone(),
         events: events.clone(),
@@ -425,6 +427,7 @@ struct Binding {
 #[derive(Clone)]
 struct AsyncBinder {
     rt: Runtime,
+    subs: Shared<Subscription>,
     profiles: Arc<Profiles>,
     queue: Arc<SchedulingQueue>,
     events: Events,
@@ -489,7 +492,8 @@ impl AsyncBinder {
                 .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
             {
-                Ok(_) => {}
+                // the pipeline in this process starts from the new binding at once
+                Ok(written) => self.subs.observe_write(written),
                 Err(e) if api_code(&e) == Some(404) => return Ok(()),
                 Err(e) => return Err(CycleError::Write(e)),
             }
