@@ -20,7 +20,10 @@ use tracing::{debug, warn};
 use crate::runtime::cache::Shared;
 
 /// First retry after an error, doubled per consecutive failure up to [`BACKOFF_MAX`].
-pub const BACKOFF_MIN: Duration = Duration::from_millis(500);
+/// client-go's default item limiter starts at 5 ms too: most first failures are a race with
+/// another writer (a finalizer patch whose precondition the scheduler's binding just broke), and
+/// the retry should not cost the user half a second.
+pub const BACKOFF_MIN: Duration = Duration::from_millis(5);
 pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
 
 /// Consecutive failures per object; cleared by a successful reconcile.
@@ -44,7 +47,7 @@ impl Backoff {
     }
 }
 
-/// The wait after `failures` consecutive failures: 0.5 s, 1 s, 2 s, ... capped at 5 minutes.
+/// The wait after `failures` consecutive failures: 5 ms, 10 ms, 20 ms, ... capped at 5 minutes.
 pub fn delay(failures: u32) -> Duration {
     let exp = failures.saturating_sub(1).min(20);
     BACKOFF_MIN.saturating_mul(1u32 << exp).min(BACKOFF_MAX)
@@ -221,11 +224,12 @@ mod tests {
 
     #[test]
     fn retries_back_off_exponentially_up_to_a_cap() {
-        assert_eq!(delay(1), Duration::from_millis(500));
-        assert_eq!(delay(2), Duration::from_secs(1));
-        assert_eq!(delay(3), Duration::from_secs(2));
-        assert_eq!(delay(10), Duration::from_secs(256));
-        assert_eq!(delay(11), BACKOFF_MAX);
+        assert_eq!(delay(1), Duration::from_millis(5));
+        assert_eq!(delay(2), Duration::from_millis(10));
+        assert_eq!(delay(3), Duration::from_millis(20));
+        assert_eq!(delay(10), Duration::from_millis(2560));
+        assert_eq!(delay(16), Duration::from_millis(163_840));
+        assert_eq!(delay(17), BACKOFF_MAX);
         assert_eq!(delay(u32::MAX), BACKOFF_MAX);
     }
 
