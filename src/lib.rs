@@ -8,7 +8,7 @@
 //! so roles behave the same in one process (`--role=hub,scheduler,controller`) or split apart.
 //!
 //! Where each stage lives: `apis` (types, CRDs, well-known names), `runtime` (shared cache, leader
-//! election, bus, serving), `roles` (which subsystems a role starts), and, as they land,
+//! election, serving), `roles` (which subsystems a role starts), and, as they land,
 //! `clusters`, `scheduler`, `pipeline`, `deployer`, `hub`, `tunnel`, `agent`.
 #![forbid(unsafe_code)]
 

@@ -11,7 +11,7 @@ use tracing::{error, info, warn};
 
 use crate::config::{Config, Role};
 use crate::runtime::leader::{LeaderElector, Leadership, LeaseTiming, holder_identity};
-use crate::runtime::{self, Runtime, bus, cache, health, telemetry};
+use crate::runtime::{self, Runtime, cache, health, telemetry};
 
 mod subsystems;
 
@@ -50,7 +50,6 @@ pub async fn run(config: Config) -> Result<(), RunError> {
         client: client.clone(),
         cluster_url,
         cache: cache::SharedCache::new(client, readiness.clone(), shutdown.clone()),
-        bus: bus::Bus::default(),
         readiness: readiness.clone(),
         shutdown: shutdown.clone(),
     };

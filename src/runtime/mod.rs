@@ -1,7 +1,8 @@
-//! The shared runtime of one `clusternet` process: the client, the informer cache, leader election,
-//! the hint bus, health/metrics serving and shutdown. Every role gets the same [`Runtime`].
+//! The shared runtime of one `clusternet` process: the client, the informer cache (whose fan-out,
+//! fed by the watches and by the process's own writes, is the channel bus between its roles),
+//! leader election, the controller runtime, events, health/metrics serving and shutdown. Every
+//! role gets the same [`Runtime`].
 
-pub mod bus;
 pub mod cache;
 pub mod child;
 pub mod controller;
@@ -24,7 +25,6 @@ pub struct Runtime {
     /// The API server URL `client` talks to (reported as a child's `apiserverURL`).
     pub cluster_url: String,
     pub cache: cache::SharedCache,
-    pub bus: bus::Bus,
     pub readiness: health::Readiness,
     pub shutdown: CancellationToken,
 }

@@ -510,12 +510,6 @@ impl AsyncBinder {
         if let Some(fwk) = self.profiles.for_subscription(&b.sub) {
             fwk.run_post_bind(&b.state, &b.sub, &b.target).await;
         }
-        self.rt
-            .bus
-            .publish(crate::runtime::bus::Hint::SubscriptionBound {
-                namespace: ns,
-                name,
-            });
         Ok(())
     }
 }
