@@ -143,26 +143,68 @@ async fn burst(subs: &Api<Subscription>, id: &str, n: usize, pace: Option<Durati
 }
 
 /// The yardstick's binder: every Subscription without a status gets the binding to all clusters
-/// in one status merge patch, 16 writes at once (the scheduler's parallelism).
-fn bare_binder(subs: Api<Subscription>, clusters: Vec<String>) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let status = json!({"status": {"bindingClusters": clusters, "desiredReleases": CLUSTERS}});
-        let _ = watcher(subs.clone(), watcher::Config::default())
-            .applied_objects()
-            .try_filter(|s| std::future::ready(s.status.is_none()))
-            .for_each_concurrent(16, |s| {
-                let (subs, status) = (subs.clone(), status.clone());
-                async move {
-                    if let Ok(s) = s {
-                        let name = s.metadata.name.unwrap_or_default();
-                        let _ = subs
-                            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
-                            .await;
+/// in one status merge patch, 16 writes at once (the scheduler's parallelism). It runs on its own
+/// threads with its own client, as a separate process would, so it does not queue behind the
+/// burst's own requests. Dropping the handle stops it.
+struct BareBinder {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for BareBinder {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn bare_binder(kubeconfig: std::path::PathBuf, ns: String, clusters: Vec<String>) -> BareBinder {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let thread = std::thread::spawn(move || {
+        let Ok(rt) = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        rt.block_on(async move {
+            let subs: Api<Subscription> =
+                Api::namespaced(support::client_from(&kubeconfig).await, &ns);
+            let status =
+                json!({"status": {"bindingClusters": clusters, "desiredReleases": CLUSTERS}});
+            let bind = watcher(subs.clone(), watcher::Config::default())
+                .applied_objects()
+                .try_filter(|s| std::future::ready(s.status.is_none()))
+                .for_each_concurrent(16, |s| {
+                    let (subs, status) = (subs.clone(), status.clone());
+                    async move {
+                        if let Ok(s) = s {
+                            let name = s.metadata.name.unwrap_or_default();
+                            let _ = subs
+                                .patch_status(
+                                    &name,
+                                    &PatchParams::default(),
+                                    &Patch::Merge(&status),
+                                )
+                                .await;
+                        }
                     }
-                }
-            })
-            .await;
-    })
+                });
+            tokio::select! {
+                _ = stopped => {}
+                _ = bind => {}
+            }
+        });
+    });
+    BareBinder {
+        stop: Some(stop),
+        thread: Some(thread),
+    }
 }
 
 async fn delete_all(subs: &Api<Subscription>) {
@@ -213,9 +255,9 @@ async fn main() {
     let workloads = [("burst", None), ("40/s", Some(paced))];
     let mut ceiling = Vec::new();
     for (_, pace) in workloads {
-        let binder = bare_binder(subs.clone(), keys.clone());
+        let binder = bare_binder(env.parent_kubeconfig(), ns.name.clone(), keys.clone());
         ceiling.push(burst(&subs, &id, n, pace).await);
-        binder.abort();
+        drop(binder);
         delete_all(&subs).await;
     }
 
