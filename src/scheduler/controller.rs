@@ -132,8 +132,9 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         }
     }
     let queue = Arc::new(SchedulingQueue::default());
+    // everything already there is re-checked behind whatever changes from now on
     for s in subs.store.state() {
-        queue.add(&sub_key(&s), s.spec.priority.unwrap_or(0));
+        queue.add_backlog(&sub_key(&s), s.spec.priority.unwrap_or(0));
     }
     let fail_over = rt.config.gate(known::FAIL_OVER);
     // triggers

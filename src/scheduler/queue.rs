@@ -2,6 +2,10 @@
 //! `spec.priority` (higher first) then enqueue time, and a backoff queue for failed attempts
 //! (1 s doubling per attempt, capped at 10 s). Adding a key that waits in backoff moves it to the
 //! active queue at once; deleting Subscriptions are forgotten.
+//!
+//! Two lanes: what users and clusters just changed goes before the backlog the scheduler lists
+//! when it starts (or takes over leadership), so a new Subscription is served at once even while
+//! 10,000 existing ones are re-checked behind it.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
@@ -12,12 +16,19 @@ use tokio::sync::Notify;
 const INITIAL_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
 
+/// Live changes first, the start-up backlog after them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum Lane {
+    Live,
+    Backlog,
+}
+
 #[derive(Default)]
 struct State {
-    /// (-priority, enqueue sequence, key): the first element is popped next.
-    active: BTreeSet<(i64, u64, String)>,
+    /// (lane, -priority, enqueue sequence, key): the first element is popped next.
+    active: BTreeSet<(Lane, i64, u64, String)>,
     /// key -> its entry in `active`.
-    index: HashMap<String, (i64, u64)>,
+    index: HashMap<String, (Lane, i64, u64)>,
     /// key -> when it may be retried.
     backoff: HashMap<String, Instant>,
     /// key -> failed attempts so far (reset by `forget`).
@@ -39,25 +50,41 @@ impl SchedulingQueue {
         }
     }
 
-    /// Enqueues (or re-prioritises) a Subscription; one waiting in backoff becomes active now.
+    /// Enqueues (or re-prioritises) a Subscription that just changed; one waiting in backoff or in
+    /// the backlog becomes active in the live lane now.
     pub fn add(&self, key: &str, priority: i32) {
+        self.insert(key, priority, Lane::Live);
+    }
+
+    /// Enqueues a Subscription found when the scheduler starts: served after every live change.
+    pub fn add_backlog(&self, key: &str, priority: i32) {
+        self.insert(key, priority, Lane::Backlog);
+    }
+
+    fn insert(&self, key: &str, priority: i32, lane: Lane) {
         let mut s = self.lock();
         s.backoff.remove(key);
         let prio = -i64::from(priority);
         match s.index.get(key).copied() {
-            Some((p, seq)) if p == prio => {
-                let _ = seq;
-            }
-            Some((p, seq)) => {
-                s.active.remove(&(p, seq, key.to_string()));
-                s.active.insert((prio, seq, key.to_string()));
-                s.index.insert(key.to_string(), (prio, seq));
+            // already queued in this lane or a better one, with this priority: keeps its place
+            Some((l, p, _)) if p == prio && l <= lane => {}
+            Some((l, p, seq)) => {
+                s.active.remove(&(l, p, seq, key.to_string()));
+                // promoted from the backlog: it joins the live lane at its end
+                let (lane, seq) = if lane < l {
+                    s.seq += 1;
+                    (lane, s.seq)
+                } else {
+                    (l, seq)
+                };
+                s.active.insert((lane, prio, seq, key.to_string()));
+                s.index.insert(key.to_string(), (lane, prio, seq));
             }
             None => {
                 s.seq += 1;
                 let seq = s.seq;
-                s.active.insert((prio, seq, key.to_string()));
-                s.index.insert(key.to_string(), (prio, seq));
+                s.active.insert((lane, prio, seq, key.to_string()));
+                s.index.insert(key.to_string(), (lane, prio, seq));
             }
         }
         drop(s);
@@ -89,8 +116,8 @@ impl SchedulingQueue {
     /// Removes a deleting Subscription from both queues.
     pub fn remove(&self, key: &str) {
         let mut s = self.lock();
-        if let Some((p, seq)) = s.index.remove(key) {
-            s.active.remove(&(p, seq, key.to_string()));
+        if let Some((l, p, seq)) = s.index.remove(key) {
+            s.active.remove(&(l, p, seq, key.to_string()));
         }
         s.backoff.remove(key);
         s.attempts.remove(key);
@@ -111,14 +138,14 @@ impl SchedulingQueue {
             if !s.index.contains_key(&key) {
                 s.seq += 1;
                 let seq = s.seq;
-                s.active.insert((0, seq, key.clone()));
-                s.index.insert(key, (0, seq));
+                s.active.insert((Lane::Live, 0, seq, key.clone()));
+                s.index.insert(key, (Lane::Live, 0, seq));
             }
         }
         let first = s.active.iter().next().cloned()?;
         s.active.remove(&first);
-        s.index.remove(&first.2);
-        Some(first.2)
+        s.index.remove(&first.3);
+        Some(first.3)
     }
 
     /// Waits for the next key (backoffs are re-checked at least every 100 ms).
@@ -158,6 +185,26 @@ mod tests {
         assert_eq!(q.try_pop().as_deref(), Some("ns/b"));
         assert_eq!(q.try_pop().as_deref(), Some("ns/a"));
         assert_eq!(q.try_pop().as_deref(), Some("ns/c"));
+        assert_eq!(q.try_pop(), None);
+    }
+
+    #[test]
+    fn live_changes_overtake_the_start_up_backlog() {
+        let q = SchedulingQueue::default();
+        q.add_backlog("ns/old1", 0);
+        q.add_backlog("ns/old2", 100);
+        q.add_backlog("ns/old3", 0);
+        q.add("ns/new", 0);
+        q.add("ns/old3", 0); // changed meanwhile: promoted to the live lane, not queued twice
+        q.add_backlog("ns/new", 0); // a live key never drops back
+        assert_eq!(q.try_pop().as_deref(), Some("ns/new"));
+        assert_eq!(q.try_pop().as_deref(), Some("ns/old3"));
+        assert_eq!(
+            q.try_pop().as_deref(),
+            Some("ns/old2"),
+            "priority within the backlog"
+        );
+        assert_eq!(q.try_pop().as_deref(), Some("ns/old1"));
         assert_eq!(q.try_pop(), None);
     }
 
