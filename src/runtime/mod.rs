@@ -1,6 +1,7 @@
 //! The shared runtime of one `clusternet` process: the client, the informer cache, leader election,
 //! the hint bus, health/metrics serving and shutdown. Every role gets the same [`Runtime`].
 
+pub mod apply;
 pub mod bus;
 pub mod cache;
 pub mod child;
