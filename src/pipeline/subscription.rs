@@ -215,10 +215,7 @@ pub fn plan_bases(
 ) -> BasesPlan {
     let key = key(sub);
     let status = sub.status.clone().unwrap_or_default();
-    let mut plan = BasesPlan {
-        recheck: Duration::from_secs(300),
-        ..Default::default()
-    };
+    let mut plan = BasesPlan::default();
     let mut kept: Vec<(String, String)> = Vec::new();
     for (index, cluster) in status.binding_clusters.iter().enumerate() {
         let Some((cluster_ns, _)) = cluster.split_once('/') else {
@@ -287,6 +284,24 @@ pub fn plan_bases(
         kept.push((cluster_ns.to_string(), base.name_any()));
         plan.bound.push((index, change));
     }
+    let (delete, recheck) = plan_unbound(&key, existing, &kept, clusters, now, grace);
+    plan.delete = delete;
+    plan.recheck = recheck;
+    plan
+}
+
+/// The Bases in `existing` that are not `kept` (bound), by [`unbound_base_fate`]: those to
+/// delete, and when to look again at the ones kept for now.
+fn plan_unbound(
+    key: &str,
+    existing: &[Base],
+    kept: &[(String, String)],
+    clusters: &[Arc<ManagedCluster>],
+    now: Timestamp,
+    grace: Duration,
+) -> (Vec<Base>, Duration) {
+    let mut delete = Vec::new();
+    let mut recheck = Duration::from_secs(300);
     for b in existing {
         let here = (b.namespace().unwrap_or_default(), b.name_any());
         if kept.contains(&here) || b.metadata.deletion_timestamp.is_some() {
@@ -298,12 +313,12 @@ pub fn plan_bases(
         match unbound_base_fate(cluster.map(|c| c.as_ref()), now, grace) {
             UnboundBase::Keep { recheck_in, why } => {
                 debug!(subscription = %key, base = %format!("{}/{}", here.0, here.1), why, "keeping the Base of an unbound cluster");
-                plan.recheck = plan.recheck.min(recheck_in);
+                recheck = recheck.min(recheck_in);
             }
-            UnboundBase::Delete => plan.delete.push(b.clone()),
+            UnboundBase::Delete => delete.push(b.clone()),
         }
     }
-    plan
+    (delete, recheck)
 }
 
 /// The Base we own in `ns`: our labels and finalizer, the default-cluster-init annotation when
