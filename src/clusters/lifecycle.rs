@@ -12,7 +12,7 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event, finalizer};
 use serde_json::json;
@@ -26,7 +26,10 @@ use crate::apis::clusters::{
 };
 use crate::apis::known;
 use crate::apis::{ClusterRegistrationRequest, ManagedCluster};
-use crate::runtime::{Runtime, api_code};
+use crate::runtime::{Runtime, api_code, apply};
+
+/// The field manager of the conditions this controller reports.
+pub const FIELD_MANAGER: &str = "clusternet/controller/clusterlifecycle";
 
 #[derive(Debug, thiserror::Error)]
 pub enum LifecycleError {
@@ -209,6 +212,49 @@ pub fn desired_taints(
     out
 }
 
+/// What the lifecycle controller writes to a ManagedCluster now.
+#[derive(Debug, PartialEq)]
+pub struct HealthPlan {
+    /// `status.conditions` (the whole list: atomic in the CRD) when they changed, and whether the
+    /// cluster is lost (then its health probes are reported false too).
+    pub status: Option<(Vec<Condition>, bool)>,
+    /// `spec.taints` when they changed.
+    pub taints: Option<Vec<Taint>>,
+    /// When to look again: just after the cluster would count as lost.
+    pub requeue: Duration,
+}
+
+/// status.md §6: the conditions and taints of `mc` at `now`. Identical conditions apart from an
+/// already-Unknown Ready's time are not rewritten.
+pub fn plan_health(mc: &ManagedCluster, now: Timestamp, cluster_init_gate: bool) -> HealthPlan {
+    let (generated, remaining) = generated_conditions(mc, now, cluster_init_gate);
+    let status = mc.status.clone().unwrap_or_default();
+    let lost = remaining.is_none();
+    let merged = merge_conditions(&status.conditions, &generated);
+    let strip = |cs: &[Condition]| {
+        cs.iter()
+            .map(|c| {
+                (
+                    c.type_.clone(),
+                    c.status.clone(),
+                    c.reason.clone(),
+                    c.message.clone(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let changed = strip(&merged) != strip(&status.conditions)
+        || (lost && (status.healthz || status.livez || status.readyz));
+    let taints = desired_taints(&mc.spec.taints, &merged, cluster_init_gate);
+    HealthPlan {
+        taints: (taints != mc.spec.taints).then_some(taints),
+        status: changed.then_some((merged, lost)),
+        requeue: remaining
+            .map(|r| r + Duration::from_millis(100))
+            .unwrap_or_else(|| lost_threshold(mc)),
+    }
+}
+
 async fn track(
     rt: &Runtime,
     api: &Api<ManagedCluster>,
@@ -224,40 +270,20 @@ async fn track(
             source,
         }
     };
-    let gate = rt.config.gate(known::CLUSTER_INIT);
-    let (generated, remaining) = generated_conditions(mc, Timestamp::now(), gate);
-    let mut status = mc.status.clone().unwrap_or_default();
-    let lost = remaining.is_none();
-    let merged = merge_conditions(&status.conditions, &generated);
-    // identical conditions apart from an already-Unknown Ready's time are not rewritten
-    let strip = |cs: &[Condition]| {
-        cs.iter()
-            .map(|c| {
-                (
-                    c.type_.clone(),
-                    c.status.clone(),
-                    c.reason.clone(),
-                    c.message.clone(),
-                )
-            })
-            .collect::<Vec<_>>()
-    };
-    let changed = strip(&merged) != strip(&status.conditions)
-        || (lost && (status.healthz || status.livez || status.readyz));
-    if changed {
+    let plan = plan_health(mc, Timestamp::now(), rt.config.gate(known::CLUSTER_INIT));
+    if let Some((conditions, lost)) = plan.status {
+        let mut status = json!({ "conditions": conditions });
         if lost {
             info!(cluster = %name, "no heartbeat within {:?}: Ready=Unknown", lost_threshold(mc));
-            status.healthz = false;
-            status.livez = false;
-            status.readyz = false;
+            for probe in ["healthz", "livez", "readyz"] {
+                status[probe] = json!(false);
+            }
         }
-        status.conditions = merged.clone();
-        let mut updated = mc.clone();
-        updated.status = Some(status);
-        match api
-            .replace_status(&name, &PostParams::default(), &updated)
-            .await
-        {
+        // the conditions are merged with the agent's: the resourceVersion they were read at is
+        // a precondition, so a heartbeat written meanwhile is never overwritten with stale ones
+        let mut body = apply::status_body(mc, status);
+        body["metadata"]["resourceVersion"] = json!(mc.resource_version());
+        match apply::apply_status(api, FIELD_MANAGER, &name, &body).await {
             Ok(_) => {}
             // the agent wrote in between: try again right away with fresh data
             Err(e) if api_code(&e) == Some(409) => {
@@ -266,8 +292,7 @@ async fn track(
             Err(e) => return Err(err("writing conditions")(e)),
         }
     }
-    let taints = desired_taints(&mc.spec.taints, &merged, gate);
-    if taints != mc.spec.taints {
+    if let Some(taints) = plan.taints {
         info!(cluster = %name, ?taints, "updating taints");
         api.patch(
             &name,
@@ -277,11 +302,7 @@ async fn track(
         .await
         .map_err(err("patching taints"))?;
     }
-    Ok(Action::requeue(
-        remaining
-            .map(|r| r + Duration::from_millis(100))
-            .unwrap_or_else(|| lost_threshold(mc)),
-    ))
+    Ok(Action::requeue(plan.requeue))
 }
 
 /// Deregistration: the request is marked Denied (with the reason) so the agent stops with a clear
@@ -401,6 +422,46 @@ mod tests {
             (init.status.as_str(), init.reason.as_str()),
             ("True", REASON_CLUSTER_INIT_DISABLED)
         );
+    }
+
+    #[test]
+    fn a_lost_cluster_is_written_once_and_tainted() {
+        let now = Timestamp::now();
+        let mut mc = cluster(Some(10), Some(31), now);
+        mc.status.get_or_insert_with(Default::default).healthz = true;
+        let plan = plan_health(&mc, now, false);
+        let (conditions, lost) = plan.status.expect("a status write");
+        assert!(lost);
+        assert!(
+            conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "Unknown")
+        );
+        let taints = plan.taints.expect("a taint");
+        assert_eq!(taints[0].key, known::TAINT_CLUSTER_UNSCHEDULABLE);
+        assert_eq!(plan.requeue, Duration::from_secs(30));
+        // as written: nothing to write again later, even though times moved on
+        let st = mc.status.get_or_insert_with(Default::default);
+        st.conditions = conditions;
+        st.healthz = false;
+        mc.spec.taints = taints;
+        let later = now + k8s_openapi::jiff::SignedDuration::from_secs(5);
+        let again = plan_health(&mc, later, false);
+        assert_eq!((again.status, again.taints), (None, None));
+    }
+
+    #[test]
+    fn a_heartbeating_cluster_is_looked_at_again_when_it_would_be_lost() {
+        let now = Timestamp::now();
+        let mut mc = cluster(Some(10), Some(5), now);
+        let plan = plan_health(&mc, now, false);
+        // the first look records ClusterInit; no Ready is generated, no taint
+        let (conditions, lost) = plan.status.expect("ClusterInit recorded");
+        assert!(!lost && conditions.iter().all(|c| c.type_ != "Ready"));
+        assert_eq!(plan.taints, None);
+        assert_eq!(plan.requeue, Duration::from_millis(25_100));
+        mc.status.get_or_insert_with(Default::default).conditions = conditions;
+        assert_eq!(plan_health(&mc, now, false).status, None);
     }
 
     #[test]

@@ -6,12 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use serde_json::json;
 use tracing::{info, warn};
 
-use super::generic::ChildCluster;
+use super::generic::{ChildCluster, Outcome};
 use crate::apis::known;
 use crate::apis::{Description, DescriptionDeployer, DescriptionPhase, DescriptionStatus};
 use crate::runtime::api_code;
@@ -68,6 +68,83 @@ pub async fn release_finalizer(
     }
 }
 
+/// What to do with a Description before anything is applied.
+#[derive(Debug, PartialEq)]
+pub enum Start {
+    /// Not ours to deploy (Helm is handled by the Helm deployer, which this build does not have
+    /// yet), or being deleted after our finalizer is gone: wait for a change.
+    Nothing,
+    /// Being deleted: remove its objects from the child, then release the finalizer.
+    Offload,
+    /// Apply it to the child.
+    Apply,
+}
+
+pub fn start(desc: &Description) -> Start {
+    if desc.spec.deployer != DescriptionDeployer::Generic {
+        return Start::Nothing;
+    }
+    if desc.metadata.deletion_timestamp.is_none() {
+        return Start::Apply;
+    }
+    if desc.finalizers().iter().any(|f| f == known::APP_FINALIZER) {
+        Start::Offload
+    } else {
+        Start::Nothing
+    }
+}
+
+/// What an apply tells about the Description.
+#[derive(Debug, PartialEq)]
+pub enum Report {
+    /// A Warning event `UnSuccessfullyDeployed` with this reason.
+    Failed(String),
+    /// A Normal event `SuccessfullyDeployed`.
+    Deployed,
+}
+
+/// What the status must become after an apply: written only when it differs from `previous`,
+/// with an event when the failure is new (or its reason changed) or the deployment just succeeded.
+pub fn plan_status(
+    previous: &DescriptionStatus,
+    outcome: Outcome,
+) -> Option<(DescriptionStatus, Option<Report>)> {
+    let failed = !outcome.errors.is_empty();
+    let status = DescriptionStatus {
+        phase: Some(if failed {
+            DescriptionPhase::Failure
+        } else {
+            DescriptionPhase::Success
+        }),
+        reason: outcome.errors.join("; "),
+        manifest_statuses: outcome.statuses,
+    };
+    if status == *previous {
+        return None;
+    }
+    let report = if failed && previous.reason != status.reason {
+        Some(Report::Failed(status.reason.clone()))
+    } else if !failed && previous.phase != Some(DescriptionPhase::Success) {
+        Some(Report::Deployed)
+    } else {
+        None
+    };
+    Some((status, report))
+}
+
+/// The status apply body: every field of it, empty ones included, so whichever deployer (agent
+/// or parent) reports last owns all of it and nothing another one wrote lingers.
+fn status_body(desc: &Description, status: &DescriptionStatus) -> serde_json::Value {
+    crate::runtime::apply::status_body(
+        desc,
+        json!({
+            "phase": status.phase,
+            "reason": status.reason,
+            "manifestStatuses": status.manifest_statuses,
+        }),
+    )
+}
+
 /// Reconciles `desc` against its child; `siblings` are the other Descriptions the deployer knows
 /// of (any namespace: only those of `desc`'s namespace, the same child, are looked at), so objects
 /// two Subscriptions share stay until the last one lets go.
@@ -79,74 +156,125 @@ pub async fn reconcile(
     events: &Events,
 ) -> Result<Action, DeployError> {
     let elsewhere = super::generic::wanted_elsewhere(&desc, siblings.iter().map(|d| d.as_ref()));
-    if desc.spec.deployer != DescriptionDeployer::Generic {
-        // Helm Descriptions are handled by the Helm deployer, which this build does not have yet
-        return Ok(Action::await_change());
-    }
-    if desc.metadata.deletion_timestamp.is_some() {
-        if !desc.finalizers().iter().any(|f| f == known::APP_FINALIZER) {
+    match start(&desc) {
+        Start::Nothing => return Ok(Action::await_change()),
+        Start::Offload => {
+            if let Err(message) = child.offload(&desc, &elsewhere).await {
+                events.warn(desc.as_ref(), "FailedDeletingDescription", &message);
+                return Err(DeployError::Offload {
+                    desc: key(&desc),
+                    message,
+                });
+            }
+            info!(description = %key(&desc), "deleted its objects from the child");
+            release_finalizer(api, &desc).await?;
             return Ok(Action::await_change());
         }
-        if let Err(message) = child.offload(&desc, &elsewhere).await {
-            events.warn(desc.as_ref(), "FailedDeletingDescription", &message);
-            return Err(DeployError::Offload {
-                desc: key(&desc),
-                message,
-            });
-        }
-        info!(description = %key(&desc), "deleted its objects from the child");
-        release_finalizer(api, &desc).await?;
-        return Ok(Action::await_change());
+        Start::Apply => {}
     }
     let previous = desc.status.clone().unwrap_or_default();
     let outcome = child
         .apply(&desc, &previous.manifest_statuses, &elsewhere)
         .await;
-    let failed = !outcome.errors.is_empty();
-    let status = DescriptionStatus {
-        phase: Some(if failed {
-            DescriptionPhase::Failure
-        } else {
-            DescriptionPhase::Success
-        }),
-        reason: outcome.errors.join("; "),
-        manifest_statuses: outcome.statuses,
-    };
-    if status != previous {
-        if failed && previous.reason != status.reason {
-            warn!(description = %key(&desc), reason = %status.reason, "UnSuccessfullyDeployed");
-            events.warn(desc.as_ref(), "UnSuccessfullyDeployed", &status.reason);
-        } else if !failed && previous.phase != Some(DescriptionPhase::Success) {
-            info!(description = %key(&desc), "SuccessfullyDeployed");
-            events.normal(
-                desc.as_ref(),
-                "SuccessfullyDeployed",
-                &format!("Description {} is deployed successfully", key(&desc)),
-            );
-        }
-        let mut updated = (*desc).clone();
-        updated.status = Some(status);
-        match api
-            .replace_status(&desc.name_any(), &PostParams::default(), &updated)
-            .await
-        {
-            Ok(_) => {}
-            // changed meanwhile: the watch brings the new version
-            Err(e) if api_code(&e) == Some(409) => {
-                return Ok(Action::requeue(Duration::from_millis(200)));
-            }
-            Err(source) => {
-                return Err(DeployError::Api {
-                    desc: key(&desc),
-                    what: "writing the status",
-                    source,
-                });
-            }
-        }
-    }
-    Ok(Action::requeue(if outcome.settled && !failed {
+    let next = if outcome.settled && outcome.errors.is_empty() {
         SETTLED
     } else {
         UNSETTLED
-    }))
+    };
+    let Some((status, report)) = plan_status(&previous, outcome) else {
+        return Ok(Action::requeue(next));
+    };
+    match report {
+        Some(Report::Failed(reason)) => {
+            warn!(description = %key(&desc), reason = %reason, "UnSuccessfullyDeployed");
+            events.warn(desc.as_ref(), "UnSuccessfullyDeployed", &reason);
+        }
+        Some(Report::Deployed) => {
+            info!(description = %key(&desc), "SuccessfullyDeployed");
+            let message = format!("Description {} is deployed successfully", key(&desc));
+            events.normal(desc.as_ref(), "SuccessfullyDeployed", &message);
+        }
+        None => {}
+    }
+    let body = status_body(&desc, &status);
+    crate::runtime::apply::apply_status(api, child.field_manager(), &desc.name_any(), &body)
+        .await
+        .map_err(|source| DeployError::Api {
+            desc: key(&desc),
+            what: "writing the status",
+            source,
+        })?;
+    Ok(Action::requeue(next))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apis::{Feed, ManifestStatus};
+
+    fn desc(deployer: &str, deleting: bool, finalizer: bool) -> Description {
+        let mut d: Description = serde_json::from_value(json!({
+            "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Description",
+            "metadata": {"name": "app-x-generic", "namespace": "clusternet-a"},
+            "spec": {"deployer": deployer}
+        }))
+        .expect("a Description");
+        if deleting {
+            d.metadata.deletion_timestamp =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                ));
+        }
+        if finalizer {
+            d.metadata.finalizers = Some(vec![known::APP_FINALIZER.into()]);
+        }
+        d
+    }
+
+    fn outcome(errors: &[&str]) -> Outcome {
+        Outcome {
+            statuses: vec![ManifestStatus {
+                feed: Feed::new("v1", "ConfigMap", "demo", "a"),
+                observed_status: None,
+            }],
+            errors: errors.iter().map(|e| e.to_string()).collect(),
+            settled: true,
+        }
+    }
+
+    #[test]
+    fn what_a_description_needs_first() {
+        assert_eq!(start(&desc("Generic", false, true)), Start::Apply);
+        assert_eq!(start(&desc("Generic", true, true)), Start::Offload);
+        assert_eq!(start(&desc("Generic", true, false)), Start::Nothing);
+        assert_eq!(start(&desc("Helm", false, true)), Start::Nothing);
+    }
+
+    #[test]
+    fn status_is_written_when_it_changes_with_an_event_on_news() {
+        let never = DescriptionStatus::default();
+        let (ok, report) = plan_status(&never, outcome(&[])).expect("a first status");
+        assert_eq!(ok.phase, Some(DescriptionPhase::Success));
+        assert_eq!(report, Some(Report::Deployed));
+        // the same again: no write
+        assert_eq!(plan_status(&ok, outcome(&[])), None);
+        // a failure: written, with its reason
+        let (bad, report) = plan_status(&ok, outcome(&["boom"])).expect("a failure");
+        assert_eq!(
+            (bad.phase, bad.reason.as_str()),
+            (Some(DescriptionPhase::Failure), "boom")
+        );
+        assert_eq!(report, Some(Report::Failed("boom".into())));
+        // the same failure with other statuses: written, no second event
+        let mut other = outcome(&["boom"]);
+        other.statuses.clear();
+        let (_, report) = plan_status(&bad, other).expect("a change");
+        assert_eq!(report, None);
+        // the body carries every field, the empty reason too, and nothing the server owns
+        let body = status_body(&desc("Generic", false, true), &ok);
+        assert_eq!(body["status"]["reason"], "");
+        assert_eq!(body["status"]["phase"], "Success");
+        assert!(body["metadata"].get("resourceVersion").is_none());
+        assert!(body.get("spec").is_none());
+    }
 }

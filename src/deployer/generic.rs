@@ -220,6 +220,11 @@ impl ChildCluster {
         }
     }
 
+    /// The field manager of this deployer's applies (also of the Description status it reports).
+    pub fn field_manager(&self) -> &str {
+        &self.field_manager
+    }
+
     async fn resolve(
         &self,
         api_version: &str,

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use super::description::{self, DeployError};
-use super::generic::ChildCache;
+use super::generic::{ChildCache, ChildCluster};
 use super::who;
 use crate::apis::known;
 use crate::apis::{Description, ManagedCluster};
@@ -90,36 +90,85 @@ fn cluster_of(ctx: &Ctx, desc: &Description) -> Option<Arc<ManagedCluster>> {
     })
 }
 
+/// What the parent does with a Description, from its cluster as the cache has it.
+#[derive(Debug, PartialEq)]
+pub enum Push {
+    /// Deleted, and its cluster is gone: release the finalizer without touching the child.
+    Release,
+    /// Nothing to do now (already released, or the agent deploys it): look again after this
+    /// long, or on a change.
+    Wait(Option<Duration>),
+    /// The parent deploys it to the child.
+    Deploy,
+}
+
+/// A child that is down keeps a deleted Description's finalizer until it is back (so nothing is
+/// left behind); only a cluster that no longer exists releases it without touching the child.
+/// `Err` when the Description has no cluster, or the cluster's mode is undecided.
+pub fn plan_push(desc: &Description, mc: Option<&ManagedCluster>) -> Result<Push, String> {
+    let gone = mc.is_none_or(|mc| mc.metadata.deletion_timestamp.is_some());
+    if desc.metadata.deletion_timestamp.is_some() && gone {
+        return Ok(
+            if desc.finalizers().iter().any(|f| f == known::APP_FINALIZER) {
+                Push::Release
+            } else {
+                Push::Wait(None)
+            },
+        );
+    }
+    let Some(mc) = mc else {
+        return Err(format!(
+            "no ManagedCluster in namespace {}",
+            desc.namespace().unwrap_or_default()
+        ));
+    };
+    Ok(if who::parent_deploys(mc)? {
+        Push::Deploy
+    } else {
+        Push::Wait(Some(Duration::from_secs(300)))
+    })
+}
+
 async fn reconcile(ctx: &Ctx, desc: Arc<Description>) -> Result<Action, PushError> {
     let ns = desc.namespace().unwrap_or_default();
     let key = format!("{ns}/{}", desc.name_any());
     let api: Api<Description> = Api::namespaced(ctx.rt.client.clone(), &ns);
     let mc = cluster_of(ctx, &desc);
-    // A child that is down keeps the finalizer until it is back (so nothing is left behind);
-    // only a cluster that no longer exists releases it without touching the child.
-    let gone = mc
-        .as_ref()
-        .is_none_or(|mc| mc.metadata.deletion_timestamp.is_some());
-    if desc.metadata.deletion_timestamp.is_some() && gone {
-        if desc.finalizers().iter().any(|f| f == known::APP_FINALIZER) {
-            info!(description = %key, "cluster gone: releasing without touching the child");
-            description::release_finalizer(&api, &desc).await?;
-        }
-        return Ok(Action::await_change());
-    }
-    let Some(mc) = mc else {
-        return Err(PushError::Cluster {
-            desc: key,
-            message: format!("no ManagedCluster in namespace {ns}"),
-        });
-    };
-    let parent_deploys = who::parent_deploys(&mc).map_err(|message| PushError::Cluster {
+    let plan = plan_push(&desc, mc.as_deref()).map_err(|message| PushError::Cluster {
         desc: key.clone(),
         message,
     })?;
-    if !parent_deploys {
-        return Ok(Action::requeue(Duration::from_secs(300)));
+    match (plan, mc) {
+        (Push::Release, _) => {
+            info!(description = %key, "cluster gone: releasing without touching the child");
+            description::release_finalizer(&api, &desc).await?;
+            Ok(Action::await_change())
+        }
+        (Push::Wait(None), _) => Ok(Action::await_change()),
+        (Push::Wait(Some(after)), _) => Ok(Action::requeue(after)),
+        (Push::Deploy, Some(mc)) => {
+            let child = child_client(ctx, &mc, &key).await?;
+            let siblings = ctx
+                .descriptions
+                .state_filter(|d| d.namespace().as_deref() == Some(ns.as_str()));
+            Ok(description::reconcile(&child, &api, desc, &siblings, &ctx.events).await?)
+        }
+        (Push::Deploy, None) => Ok(Action::await_change()),
     }
+}
+
+/// The deployer for `mc`'s child with its `child-cluster-deployer` credentials: through the
+/// parent's socket proxy when the agent holds a tunnel and the hub serves it, else directly.
+async fn child_client(
+    ctx: &Ctx,
+    mc: &ManagedCluster,
+    key: &str,
+) -> Result<Arc<ChildCluster>, PushError> {
+    let ns = mc.namespace().unwrap_or_default();
+    let credentials = |message: String| PushError::Credentials {
+        desc: key.to_string(),
+        message,
+    };
     // from the cache; one it has not seen yet is looked up at the API server
     let cached = ctx
         .secrets
@@ -129,18 +178,14 @@ async fn reconcile(ctx: &Ctx, desc: Arc<Description>) -> Result<Action, PushErro
         None => Api::<Secret>::namespaced(ctx.rt.client.clone(), &ns)
             .get_opt(known::CHILD_CLUSTER_SECRET_NAME)
             .await
-            .map_err(|e| PushError::Credentials {
-                desc: key.clone(),
-                message: e.to_string(),
-            })?
+            .map_err(|e| credentials(e.to_string()))?
             .map(Arc::new),
     }
-    .ok_or_else(|| PushError::Credentials {
-        desc: key.clone(),
-        message: format!(
+    .ok_or_else(|| {
+        credentials(format!(
             "Secret {ns}/{} is not published yet",
             known::CHILD_CLUSTER_SECRET_NAME
-        ),
+        ))
     })?;
     let data = secret.data.clone().unwrap_or_default();
     let get = |k: &str| data.get(k).map(|b| b.0.clone()).unwrap_or_default();
@@ -152,48 +197,97 @@ async fn reconcile(ctx: &Ctx, desc: Arc<Description>) -> Result<Action, PushErro
     let id = mc.spec.cluster_id.clone();
     let use_socket = mc.status.as_ref().is_some_and(|s| s.use_socket);
     let rv = secret.resource_version().unwrap_or_default();
-    let child = if use_socket && ctx.proxy.available(&ctx.rt.client).await {
+    if use_socket && ctx.proxy.available(&ctx.rt.client).await {
         let parent = ctx
             .parent_config
             .get_or_try_init(|| runtime::kube_config_for(&ctx.rt.config))
             .await
-            .map_err(|e| PushError::Credentials {
-                desc: key.clone(),
-                message: e.to_string(),
-            })?;
+            .map_err(|e| credentials(e.to_string()))?;
         // the mode is part of the fingerprint: the client is rebuilt when the hub comes or goes
+        let build = || {
+            info!(cluster_id = %id, "pushing to the child through the parent's socket proxy");
+            runtime::child::proxied_child_config(parent, &id, &token)
+                .and_then(|cfg| Ok(kube::Client::try_from(cfg)?))
+                .map_err(|e| e.to_string())
+        };
+        let fingerprint = format!("socket-proxy|{rv}");
         ctx.children
-            .get_or_build(
-                &id,
-                &format!("socket-proxy|{rv}"),
-                || {
-                    info!(cluster_id = %id, "pushing to the child through the parent's socket proxy");
-                    runtime::child::proxied_child_config(parent, &id, &token)
-                        .and_then(|cfg| Ok(kube::Client::try_from(cfg)?))
-                        .map_err(|e| e.to_string())
-                },
-                FIELD_MANAGER,
-            )
+            .get_or_build(&id, &fingerprint, build, FIELD_MANAGER)
             .await
     } else {
+        let build = || {
+            info!(cluster_id = %id, apiserver = %url, "pushing to the child directly");
+            runtime::token_client(&url, &token, Some(&ca)).map_err(|e| e.to_string())
+        };
         ctx.children
-            .get_or_build(
-                &id,
-                &format!("{url}|{rv}"),
-                || {
-                    info!(cluster_id = %id, apiserver = %url, "pushing to the child directly");
-                    runtime::token_client(&url, &token, Some(&ca)).map_err(|e| e.to_string())
-                },
-                FIELD_MANAGER,
-            )
+            .get_or_build(&id, &format!("{url}|{rv}"), build, FIELD_MANAGER)
             .await
     }
-    .map_err(|message| PushError::Credentials {
-        desc: key.clone(),
-        message,
-    })?;
-    let siblings = ctx
-        .descriptions
-        .state_filter(|d| d.namespace().as_deref() == Some(ns.as_str()));
-    Ok(description::reconcile(&child, &api, desc, &siblings, &ctx.events).await?)
+    .map_err(credentials)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn desc(deleting: bool) -> Description {
+        let mut d: Description = serde_json::from_value(json!({
+            "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Description",
+            "metadata": {"name": "d", "namespace": "clusternet-a",
+                "finalizers": [known::APP_FINALIZER]},
+            "spec": {"deployer": "Generic"}
+        }))
+        .expect("a Description");
+        if deleting {
+            d.metadata.deletion_timestamp =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                ));
+        }
+        d
+    }
+
+    fn cluster(mode: &str, pusher: Option<bool>) -> ManagedCluster {
+        serde_json::from_value(json!({
+            "apiVersion": "clusters.clusternet.io/v1beta1", "kind": "ManagedCluster",
+            "metadata": {"name": "a", "namespace": "clusternet-a"},
+            "spec": {"clusterId": "id-a", "syncMode": mode},
+            "status": pusher.map(|p| json!({"appPusher": p})).unwrap_or(json!({}))
+        }))
+        .expect("a ManagedCluster")
+    }
+
+    #[test]
+    fn the_parent_pushes_only_to_clusters_in_push_mode() {
+        assert_eq!(
+            plan_push(&desc(false), Some(&cluster("Push", Some(true)))),
+            Ok(Push::Deploy)
+        );
+        assert_eq!(
+            plan_push(&desc(false), Some(&cluster("Dual", Some(true)))),
+            Ok(Push::Deploy)
+        );
+        assert_eq!(
+            plan_push(&desc(false), Some(&cluster("Pull", None))),
+            Ok(Push::Wait(Some(Duration::from_secs(300))))
+        );
+        assert!(plan_push(&desc(false), None).is_err());
+    }
+
+    #[test]
+    fn a_deleted_description_of_a_gone_cluster_is_released_and_of_a_live_one_offloaded() {
+        assert_eq!(plan_push(&desc(true), None), Ok(Push::Release));
+        let mut going = cluster("Push", Some(true));
+        going.metadata.deletion_timestamp = desc(true).metadata.deletion_timestamp;
+        assert_eq!(plan_push(&desc(true), Some(&going)), Ok(Push::Release));
+        let mut released = desc(true);
+        released.metadata.finalizers = None;
+        assert_eq!(plan_push(&released, None), Ok(Push::Wait(None)));
+        // the cluster is still there (maybe down): the deployer removes the objects first
+        assert_eq!(
+            plan_push(&desc(true), Some(&cluster("Push", Some(true)))),
+            Ok(Push::Deploy)
+        );
+    }
 }

@@ -10,12 +10,12 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::ByteString;
-use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
+use kube::api::{Api, DeleteParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event, finalizer};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -26,7 +26,10 @@ use crate::apis::{
     Localization, ManagedCluster, Manifest, OverridePolicy, SchedulingStrategy, Subscription,
 };
 use crate::runtime::events::Events;
-use crate::runtime::{Runtime, api_code};
+use crate::runtime::{Runtime, api_code, apply};
+
+/// The field manager of the Descriptions this controller renders.
+pub const FIELD_MANAGER: &str = "clusternet/controller/base";
 
 #[derive(Debug, thiserror::Error)]
 pub enum BaseError {
@@ -200,32 +203,208 @@ fn description_labels(base: &Base) -> BTreeMap<String, String> {
     l
 }
 
-async fn render(ctx: &Ctx, base: &Base) -> Result<Action, BaseError> {
+/// A problem with one feed of a Base, reported as a Warning event on it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Problem {
+    pub reason: String,
+    pub message: String,
+}
+
+/// What the Base's feeds render to: the child objects, and the feeds that could not be rendered.
+#[derive(Debug, Default, PartialEq)]
+pub struct Rendered {
+    pub objects: Vec<Value>,
+    pub problems: Vec<Problem>,
+}
+
+/// The overrides in scope of one Base's namespace (deployer.md §5).
+pub struct Scope<'a> {
+    pub namespace: &'a str,
+    pub globalizations: &'a [Globalization],
+    pub localizations: &'a [Localization],
+    pub cluster_labels: &'a [BTreeMap<String, String>],
+}
+
+/// Renders every feed of `base` from its Manifests with the overrides that apply. A feed that
+/// fails to render keeps its object from `previous` (the Description's current raw objects), so
+/// nothing is pruned by mistake; a missing feed or a Helm chart is a problem, the rest still deploy.
+pub fn render_feeds(
+    base: &Base,
+    reserved_ns: &str,
+    manifests: &[Arc<Manifest>],
+    scope: &Scope<'_>,
+    previous: &[Value],
+) -> Rendered {
     let key = key(base);
+    let mut out = Rendered::default();
+    let mut problem = |reason: String, message: String| {
+        out.problems.push(Problem { reason, message });
+    };
+    let mut objects = Vec::new();
+    for feed in &base.spec.feeds {
+        if feed.kind == "HelmChart" {
+            problem(
+                "NotImplemented".into(),
+                format!("feed {feed}: Helm charts are not supported by this build yet"),
+            );
+            continue;
+        }
+        let found = feeds::find(feed, reserved_ns, manifests);
+        if found.is_empty() {
+            // the other feeds still deploy; the Subscription's FeedsResolved condition and
+            // aggregated status say this one is missing, and its creation re-renders this Base
+            problem(
+                format!("Nonexistent{}", feed.kind),
+                format!("Base {key} is using a nonexistent {feed}"),
+            );
+            continue;
+        }
+        for m in found {
+            let template = &m.spec.template;
+            let applicable = overrides::applicable_overrides(
+                scope.globalizations,
+                scope.localizations,
+                scope.namespace,
+                &m.uid().unwrap_or_default(),
+                m.labels()
+                    .get(known::CONFIG_KIND_LABEL)
+                    .map(String::as_str)
+                    .unwrap_or(&feed.kind),
+                Some(feed),
+                scope.cluster_labels,
+            );
+            match overrides::render_generic(template, &applicable) {
+                Ok(obj) => objects.push(obj),
+                Err(e) => {
+                    problem(
+                        "FailedApplyingOverrides".into(),
+                        format!("rendering {feed} for {key}: {e}"),
+                    );
+                    // keep what was deployed before for this object instead of pruning it
+                    if let Some(prev) = previous.iter().find(|p| same_object(p, template)) {
+                        objects.push(prev.clone());
+                    }
+                }
+            }
+        }
+    }
+    out.objects = objects;
+    out
+}
+
+fn same_object(a: &Value, b: &Value) -> bool {
+    use crate::deployer::generic::ObjectRef;
+    matches!((ObjectRef::of(a), ObjectRef::of(b)),
+        (Some(a), Some(b)) if a.kind == b.kind && a.name == b.name && a.namespace == b.namespace)
+}
+
+/// One write the Base reconciler makes to its Descriptions.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DescriptionChange {
+    /// Server-side apply of a Description that does not exist yet (the body carries what we own).
+    Create { name: String, body: Value },
+    /// Server-side apply of an existing Description whose spec or labels differ.
+    Update { name: String, body: Value },
+    /// A Description of this Base that is no longer wanted (e.g. a -helm one whose charts are gone).
+    Delete { name: String },
+}
+
+/// The name of a Base's Generic Description.
+pub fn generic_name(base: &Base) -> String {
+    format!("{}-generic", base.name_any())
+}
+
+/// What the Base's Descriptions must become: its Generic Description carries `objects` (written
+/// only when its spec or our labels differ from `existing`), and every other Description of the
+/// Base (`ours`, matched by the Base's uid label) goes. `Err` while the Generic Description is
+/// being deleted.
+pub fn plan_descriptions(
+    base: &Base,
+    objects: &[Value],
+    existing: Option<&Description>,
+    ours: &[Arc<Description>],
+) -> Result<Vec<DescriptionChange>, String> {
+    let name = generic_name(base);
+    let spec = DescriptionSpec {
+        deployer: DescriptionDeployer::Generic,
+        charts: Vec::new(),
+        raw: objects
+            .iter()
+            .map(|o| ByteString(o.to_string().into_bytes()))
+            .collect(),
+        chart_raw: Vec::new(),
+    };
+    let labels = description_labels(base);
+    let mut changes = Vec::new();
+    // a Base of Helm charts only has no Generic Description (not an empty one that says Success)
+    let generic_wanted = base.spec.feeds.iter().any(|f| f.kind != "HelmChart");
+    if generic_wanted {
+        match existing {
+            Some(d) if d.metadata.deletion_timestamp.is_some() => {
+                return Err(format!("Description {name} is being deleted; waiting"));
+            }
+            Some(d) => {
+                let has_labels = labels.iter().all(|(k, v)| d.labels().get(k) == Some(v));
+                if d.spec != spec || !has_labels {
+                    let body = description_body(base, &name, &labels, &spec);
+                    changes.push(DescriptionChange::Update {
+                        name: name.clone(),
+                        body,
+                    });
+                }
+            }
+            None => {
+                let body = description_body(base, &name, &labels, &spec);
+                changes.push(DescriptionChange::Create {
+                    name: name.clone(),
+                    body,
+                });
+            }
+        }
+    }
+    changes.extend(
+        ours.iter()
+            .filter(|d| {
+                (d.name_any() != name || !generic_wanted) && d.metadata.deletion_timestamp.is_none()
+            })
+            .map(|d| DescriptionChange::Delete { name: d.name_any() }),
+    );
+    Ok(changes)
+}
+
+/// The apply body of a Generic Description: our labels, our finalizer, the Base as controlling
+/// owner (all resent on every apply, so none of them is dropped from what we own) and the spec.
+fn description_body(
+    base: &Base,
+    name: &str,
+    labels: &BTreeMap<String, String>,
+    spec: &DescriptionSpec,
+) -> Value {
+    let mut meta = serde_json::Map::new();
+    meta.insert("labels".into(), json!(labels));
+    meta.insert("finalizers".into(), json!([known::APP_FINALIZER]));
+    if let Some(owner) = base.controller_owner_ref(&()) {
+        meta.insert("ownerReferences".into(), json!([owner]));
+    }
+    let mut body = apply::body::<Description>(name, base.namespace().as_deref(), meta);
+    body["spec"] = json!(spec);
+    body
+}
+
+/// The rendering inputs of one Base, from the cache. `Err(what is missing)` while a Dividing Base
+/// must wait for its replica Localization (the child must never see more than its share; the
+/// Localization's creation re-triggers this render).
+struct Observed {
+    existing: Option<Description>,
+    ours: Vec<Arc<Description>>,
+    localizations: Vec<Localization>,
+    globalizations: Vec<Globalization>,
+    cluster_labels: Vec<BTreeMap<String, String>>,
+}
+
+fn observe(ctx: &Ctx, base: &Base) -> Result<Observed, String> {
     let ns = base.namespace().unwrap_or_default();
-    let descs: Api<Description> = Api::namespaced(ctx.rt.client.clone(), &ns);
-    let name = format!("{}-generic", base.name_any());
-    // from the cache: a stale one only makes the write below fail (AlreadyExists or Conflict),
-    // which is then retried once against a fresh read
-    let mut existing: Option<Description> = ctx
-        .descriptions
-        .get(&ObjectRef::new(&name).within(&ns))
-        .map(|d| (*d).clone());
-    let previous: Vec<Value> = existing
-        .iter()
-        .flat_map(|d| d.spec.raw.iter())
-        .filter_map(|r| serde_json::from_slice(&r.0).ok())
-        .collect();
-    let manifests = ctx.manifests.state();
-    let reserved = ctx.rt.config.reserved_namespace.clone();
-    let cluster_labels: Vec<BTreeMap<String, String>> = ctx
-        .clusters
-        .state()
-        .iter()
-        .filter(|c| c.namespace().as_deref() == Some(ns.as_str()))
-        .map(|c| c.labels().clone())
-        .collect();
-    let locs: Vec<Localization> = ctx
+    let localizations: Vec<Localization> = ctx
         .localizations
         .state()
         .iter()
@@ -236,189 +415,126 @@ async fn render(ctx: &Ctx, base: &Base) -> Result<Action, BaseError> {
         let inventory = ctx
             .inventories
             .get(&ObjectRef::new(&sub.name_any()).within(&sub.namespace().unwrap_or_default()));
-        if let Err(waiting) = replica_localizations_in_place(&sub, inventory.as_deref(), &locs, &ns)
-        {
-            // the child must never see more than its share: a Dividing Base is first rendered
-            // with its replica Localization (whose creation re-triggers this render)
+        replica_localizations_in_place(&sub, inventory.as_deref(), &localizations, &ns)?;
+    }
+    let base_uid = base.uid().unwrap_or_default();
+    Ok(Observed {
+        existing: ctx
+            .descriptions
+            .get(&ObjectRef::new(&generic_name(base)).within(&ns))
+            .map(|d| (*d).clone()),
+        ours: ctx.descriptions.state_filter(|d| {
+            d.namespace().as_deref() == Some(ns.as_str())
+                && d.labels().get(known::CONFIG_UID_LABEL) == Some(&base_uid)
+        }),
+        localizations,
+        globalizations: ctx
+            .globalizations
+            .state()
+            .iter()
+            .map(|g| (**g).clone())
+            .collect(),
+        cluster_labels: ctx
+            .clusters
+            .state()
+            .iter()
+            .filter(|c| c.namespace().as_deref() == Some(ns.as_str()))
+            .map(|c| c.labels().clone())
+            .collect(),
+    })
+}
+
+async fn render(ctx: &Ctx, base: &Base) -> Result<Action, BaseError> {
+    let key = key(base);
+    let ns = base.namespace().unwrap_or_default();
+    let seen = match observe(ctx, base) {
+        Ok(seen) => seen,
+        Err(waiting) => {
             debug!(base = %key, waiting = %waiting, "not rendering yet");
             return Ok(Action::requeue(Duration::from_secs(5)));
         }
-    }
-    let globs: Vec<Globalization> = ctx
-        .globalizations
-        .state()
-        .iter()
-        .map(|g| (**g).clone())
-        .collect();
-    let mut rendered: Vec<Value> = Vec::new();
-    let mut problems: Vec<String> = Vec::new();
-    for feed in &base.spec.feeds {
-        if feed.kind == "HelmChart" {
-            let message = format!("feed {feed}: Helm charts are not supported by this build yet");
-            ctx.events.warn(base, "NotImplemented", &message);
-            problems.push(message);
-            continue;
-        }
-        let found = feeds::find(feed, &reserved, &manifests);
-        if found.is_empty() {
-            let message = format!("Base {key} is using a nonexistent {feed}");
-            // the other feeds still deploy; the Subscription's FeedsResolved condition and
-            // aggregated status say this one is missing, and its creation re-renders this Base
-            ctx.events
-                .warn(base, &format!("Nonexistent{}", feed.kind), &message);
-            problems.push(message);
-            continue;
-        }
-        for m in found {
-            let template = &m.spec.template;
-            let applicable = overrides::applicable_overrides(
-                &globs,
-                &locs,
-                &ns,
-                &m.uid().unwrap_or_default(),
-                m.labels()
-                    .get(known::CONFIG_KIND_LABEL)
-                    .map(String::as_str)
-                    .unwrap_or(&feed.kind),
-                Some(feed),
-                &cluster_labels,
-            );
-            match overrides::render_generic(template, &applicable) {
-                Ok(obj) => rendered.push(obj),
-                Err(e) => {
-                    let message = format!("rendering {feed} for {key}: {e}");
-                    warn!(base = %key, error = %e, "override failed");
-                    ctx.events.warn(base, "FailedApplyingOverrides", &message);
-                    problems.push(message);
-                    // keep what was deployed before for this object instead of pruning it
-                    let r = super::super::deployer::generic::ObjectRef::of(template);
-                    if let Some(prev) = previous.iter().find(|p| {
-                        let pr = super::super::deployer::generic::ObjectRef::of(p);
-                        matches!((&pr, &r), (Some(a), Some(b)) if a.kind == b.kind && a.name == b.name && a.namespace == b.namespace)
-                    }) {
-                        rendered.push(prev.clone());
-                    }
-                }
-            }
-        }
-    }
-    let spec = DescriptionSpec {
-        deployer: DescriptionDeployer::Generic,
-        charts: Vec::new(),
-        raw: rendered
-            .iter()
-            .map(|o| ByteString(o.to_string().into_bytes()))
-            .collect(),
-        chart_raw: Vec::new(),
     };
-    let labels = description_labels(base);
-    // a Base of Helm charts only has no Generic Description (not an empty one that says Success)
-    let generic_wanted = base.spec.feeds.iter().any(|f| f.kind != "HelmChart");
-    if generic_wanted {
-        let mut fresh = false;
-        loop {
-            // a write that fails because the cached Description was stale is redone once with a
-            // fresh read (`retry`); anything else fails as before
-            let retry = |e: &kube::Error, fresh: bool| !fresh && api_code(e) == Some(409);
-            match existing {
-                Some(d) if d.metadata.deletion_timestamp.is_some() => {
-                    return Err(BaseError::Feed {
-                        base: key,
-                        message: format!("Description {name} is being deleted; waiting"),
-                    });
-                }
-                Some(d) => {
-                    let mut merged = d.labels().clone();
-                    merged.extend(labels.clone());
-                    if d.spec != spec || &merged != d.labels() {
-                        let mut updated = d.clone();
-                        updated.spec = spec.clone();
-                        updated.metadata.labels = Some(merged);
-                        match descs.replace(&name, &PostParams::default(), &updated).await {
-                            Ok(_) => {}
-                            Err(e) if retry(&e, fresh) => {
-                                existing = read_description(&descs, &name, &key).await?;
-                                fresh = true;
-                                continue;
-                            }
-                            Err(source) => {
-                                return Err(BaseError::Api {
-                                    base: key.clone(),
-                                    what: "updating the Description",
-                                    source,
-                                });
-                            }
-                        }
-                        info!(base = %key, description = %name, "DescriptionUpdated");
-                        ctx.events.normal(
-                            base,
-                            "DescriptionUpdated",
-                            &format!("Description {ns}/{name} is updated successfully"),
-                        );
-                    }
-                }
-                None => {
-                    let mut d = Description::new(&name, spec.clone());
-                    d.metadata = ObjectMeta {
-                        name: Some(name.clone()),
-                        namespace: Some(ns.clone()),
-                        labels: Some(labels.clone()),
-                        finalizers: Some(vec![known::APP_FINALIZER.to_string()]),
-                        owner_references: base.controller_owner_ref(&()).map(|r| vec![r]),
-                        ..Default::default()
-                    };
-                    match descs.create(&PostParams::default(), &d).await {
-                        Ok(_) => {}
-                        Err(e) if retry(&e, fresh) => {
-                            existing = read_description(&descs, &name, &key).await?;
-                            fresh = true;
-                            continue;
-                        }
-                        Err(source) => {
-                            return Err(BaseError::Api {
-                                base: key.clone(),
-                                what: "creating the Description",
-                                source,
-                            });
-                        }
-                    }
-                    info!(base = %key, description = %name, "DescriptionCreated");
-                    ctx.events.normal(
-                        base,
-                        "DescriptionCreated",
-                        &format!("Description {ns}/{name} is created successfully"),
-                    );
-                }
-            }
-            break;
+    let previous: Vec<Value> = seen
+        .existing
+        .iter()
+        .flat_map(|d| d.spec.raw.iter())
+        .filter_map(|r| serde_json::from_slice(&r.0).ok())
+        .collect();
+    let scope = Scope {
+        namespace: &ns,
+        globalizations: &seen.globalizations,
+        localizations: &seen.localizations,
+        cluster_labels: &seen.cluster_labels,
+    };
+    let rendered = render_feeds(
+        base,
+        &ctx.rt.config.reserved_namespace,
+        &ctx.manifests.state(),
+        &scope,
+        &previous,
+    );
+    for p in &rendered.problems {
+        if p.reason == "FailedApplyingOverrides" {
+            warn!(base = %key, error = %p.message, "override failed");
         }
+        ctx.events.warn(base, &p.reason, &p.message);
     }
-    // other Descriptions of this Base (e.g. a -helm one whose charts are gone)
-    let base_uid = base.uid().unwrap_or_default();
-    let others = ctx.descriptions.state_filter(|d| {
-        d.namespace().as_deref() == Some(ns.as_str())
-            && d.labels().get(known::CONFIG_UID_LABEL) == Some(&base_uid)
-    });
-    for d in others.iter().filter(|d| {
-        (d.name_any() != name || !generic_wanted) && d.metadata.deletion_timestamp.is_none()
-    }) {
-        match descs.delete(&d.name_any(), &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(e) if api_code(&e) == Some(404) => {}
-            Err(source) => {
-                return Err(BaseError::Api {
-                    base: key,
-                    what: "deleting a stale Description",
-                    source,
-                });
+    let changes = plan_descriptions(base, &rendered.objects, seen.existing.as_ref(), &seen.ours)
+        .map_err(|message| BaseError::Feed {
+            base: key.clone(),
+            message,
+        })?;
+    apply_descriptions(ctx, base, changes).await?;
+    Ok(Action::requeue(Duration::from_secs(
+        if rendered.problems.is_empty() {
+            300
+        } else {
+            60
+        },
+    )))
+}
+
+/// The I/O of [`plan_descriptions`]: one request per change.
+async fn apply_descriptions(
+    ctx: &Ctx,
+    base: &Base,
+    changes: Vec<DescriptionChange>,
+) -> Result<(), BaseError> {
+    let key = key(base);
+    let ns = base.namespace().unwrap_or_default();
+    let descs: Api<Description> = Api::namespaced(ctx.rt.client.clone(), &ns);
+    let fail = |what: &'static str| {
+        let base = key.clone();
+        move |source| BaseError::Api { base, what, source }
+    };
+    for change in changes {
+        match change {
+            DescriptionChange::Create { name, body } => {
+                apply::apply(&descs, FIELD_MANAGER, &name, &body)
+                    .await
+                    .map_err(fail("creating the Description"))?;
+                info!(base = %key, description = %name, "DescriptionCreated");
+                let message = format!("Description {ns}/{name} is created successfully");
+                ctx.events.normal(base, "DescriptionCreated", &message);
+            }
+            DescriptionChange::Update { name, body } => {
+                apply::apply(&descs, FIELD_MANAGER, &name, &body)
+                    .await
+                    .map_err(fail("updating the Description"))?;
+                info!(base = %key, description = %name, "DescriptionUpdated");
+                let message = format!("Description {ns}/{name} is updated successfully");
+                ctx.events.normal(base, "DescriptionUpdated", &message);
+            }
+            DescriptionChange::Delete { name } => {
+                match descs.delete(&name, &DeleteParams::default()).await {
+                    Ok(_) => {}
+                    Err(e) if api_code(&e) == Some(404) => {}
+                    Err(e) => return Err(fail("deleting a stale Description")(e)),
+                }
             }
         }
     }
-    if problems.is_empty() {
-        Ok(Action::requeue(Duration::from_secs(300)))
-    } else {
-        Ok(Action::requeue(Duration::from_secs(60)))
-    }
+    Ok(())
 }
 
 /// The Subscription a Base belongs to, from the cache.
@@ -482,23 +598,184 @@ pub fn replica_localizations_in_place(
     }
 }
 
-/// The Description as the API server has it now (after a write against the cache failed).
-async fn read_description(
-    descs: &Api<Description>,
-    name: &str,
-    key: &str,
-) -> Result<Option<Description>, BaseError> {
-    descs.get_opt(name).await.map_err(|source| BaseError::Api {
-        base: key.to_string(),
-        what: "reading the Description",
-        source,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+
+    fn base(feeds: Value) -> Base {
+        serde_json::from_value(json!({
+            "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Base",
+            "metadata": {"name": "app-x1", "namespace": "clusternet-a", "uid": "b-1",
+                "labels": {"clusters.clusternet.io/cluster-id": "id-a", "other": "no"}},
+            "spec": {"feeds": feeds}
+        }))
+        .expect("a Base")
+    }
+
+    fn manifest(kind: &str, name: &str, template: Value) -> Arc<Manifest> {
+        let (group, version) =
+            feeds::group_version(template["apiVersion"].as_str().unwrap_or("v1"));
+        Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Manifest",
+                "metadata": {"name": format!("{kind}.demo.{name}"), "namespace": "clusternet-reserved",
+                    "uid": format!("m-{name}"),
+                    "labels": {"apps.clusternet.io/config.group": group,
+                        "apps.clusternet.io/config.version": version,
+                        "apps.clusternet.io/config.kind": kind,
+                        "apps.clusternet.io/config.name": name,
+                        "apps.clusternet.io/config.namespace": "demo"}},
+                "template": template
+            }))
+            .expect("a Manifest"),
+        )
+    }
+
+    fn cm(name: &str, data: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "demo"}, "data": {"k": data}})
+    }
+
+    fn feed(kind: &str, name: &str) -> Value {
+        json!({"apiVersion": if kind == "HelmChart" { "apps.clusternet.io/v1alpha1" } else { "v1" },
+            "kind": kind, "namespace": "demo", "name": name})
+    }
+
+    fn no_overrides() -> Scope<'static> {
+        Scope {
+            namespace: "clusternet-a",
+            globalizations: &[],
+            localizations: &[],
+            cluster_labels: &[],
+        }
+    }
+
+    fn description(base: &Base, objects: &[Value]) -> Description {
+        let plan = plan_descriptions(base, objects, None, &[]).expect("a plan");
+        let Some(DescriptionChange::Create { body, .. }) = plan.into_iter().next() else {
+            panic!("a create");
+        };
+        let mut d: Description = serde_json::from_value(body).expect("a Description");
+        // what the API server adds
+        d.labels_mut().insert("added-by-someone".into(), "x".into());
+        d
+    }
+
+    #[test]
+    fn feeds_render_from_their_manifests_and_missing_ones_are_problems() {
+        let b = base(json!([
+            feed("ConfigMap", "a"),
+            feed("ConfigMap", "gone"),
+            feed("HelmChart", "h")
+        ]));
+        let manifests = vec![manifest("ConfigMap", "a", cm("a", "1"))];
+        let r = render_feeds(&b, "clusternet-reserved", &manifests, &no_overrides(), &[]);
+        assert_eq!(r.objects, vec![cm("a", "1")]);
+        let reasons: Vec<&str> = r.problems.iter().map(|p| p.reason.as_str()).collect();
+        assert_eq!(reasons, ["NonexistentConfigMap", "NotImplemented"]);
+    }
+
+    #[test]
+    fn a_feed_whose_overrides_fail_keeps_what_was_rendered_before() {
+        let b = base(json!([feed("ConfigMap", "a")]));
+        let manifests = vec![manifest("ConfigMap", "a", cm("a", "new"))];
+        let broken: Localization = serde_json::from_value(json!({
+            "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Localization",
+            "metadata": {"name": "l", "namespace": "clusternet-a"},
+            "spec": {"priority": 500, "overridePolicy": "ApplyNow", "feed": feed("ConfigMap", "a"),
+                "overrides": [{"name": "bad", "type": "JSONPatch", "value": "not json"}]}
+        }))
+        .expect("a Localization");
+        let locs = [broken];
+        let scope = Scope {
+            localizations: &locs,
+            ..no_overrides()
+        };
+        let previous = vec![cm("a", "old")];
+        let r = render_feeds(&b, "clusternet-reserved", &manifests, &scope, &previous);
+        assert_eq!(r.objects, previous);
+        assert_eq!(r.problems[0].reason, "FailedApplyingOverrides");
+        // nothing rendered before: the object is left out, not rendered without its overrides
+        let r = render_feeds(&b, "clusternet-reserved", &manifests, &scope, &[]);
+        assert!(r.objects.is_empty());
+    }
+
+    #[test]
+    fn a_missing_description_is_created_with_our_labels_finalizer_and_owner() {
+        let b = base(json!([feed("ConfigMap", "a")]));
+        let plan = plan_descriptions(&b, &[cm("a", "1")], None, &[]).expect("a plan");
+        let [DescriptionChange::Create { name, body }] = plan.as_slice() else {
+            panic!("one create: {plan:?}");
+        };
+        assert_eq!(name, "app-x1-generic");
+        assert_eq!(body["kind"], "Description");
+        assert_eq!(body["metadata"]["namespace"], "clusternet-a");
+        assert_eq!(
+            body["metadata"]["finalizers"],
+            json!([known::APP_FINALIZER])
+        );
+        assert_eq!(body["metadata"]["ownerReferences"][0]["uid"], "b-1");
+        let labels = &body["metadata"]["labels"];
+        assert_eq!(labels[known::CONFIG_UID_LABEL], "b-1");
+        assert_eq!(labels[known::CLUSTER_ID_LABEL], "id-a");
+        assert!(labels.get("other").is_none(), "only our labels: {labels}");
+        // an apply body never carries what the server owns
+        assert!(body["metadata"].get("resourceVersion").is_none());
+        assert!(body.get("status").is_none());
+    }
+
+    #[test]
+    fn an_unchanged_description_is_not_written_and_a_changed_one_is_updated() {
+        let b = base(json!([feed("ConfigMap", "a")]));
+        let d = description(&b, &[cm("a", "1")]);
+        let ours = [Arc::new(d.clone())];
+        assert_eq!(
+            plan_descriptions(&b, &[cm("a", "1")], Some(&d), &ours),
+            Ok(vec![])
+        );
+        let plan = plan_descriptions(&b, &[cm("a", "2")], Some(&d), &ours).expect("a plan");
+        assert!(
+            matches!(plan.as_slice(), [DescriptionChange::Update { .. }]),
+            "{plan:?}"
+        );
+        // a label of ours gone: updated
+        let mut unlabelled = d.clone();
+        unlabelled.labels_mut().remove(known::CONFIG_NAME_LABEL);
+        let plan = plan_descriptions(&b, &[cm("a", "1")], Some(&unlabelled), &ours).expect("plan");
+        assert!(
+            matches!(plan.as_slice(), [DescriptionChange::Update { .. }]),
+            "{plan:?}"
+        );
+    }
+
+    #[test]
+    fn a_description_being_deleted_waits_and_stale_ones_go() {
+        let b = base(json!([feed("ConfigMap", "a")]));
+        let mut d = description(&b, &[cm("a", "1")]);
+        let mut helm = d.clone();
+        helm.metadata.name = Some("app-x1-helm".into());
+        let ours = [Arc::new(d.clone()), Arc::new(helm)];
+        let plan = plan_descriptions(&b, &[cm("a", "1")], Some(&d), &ours).expect("a plan");
+        assert_eq!(
+            plan,
+            vec![DescriptionChange::Delete {
+                name: "app-x1-helm".into()
+            }]
+        );
+        // a Base of Helm charts only: no Generic Description, the old one goes
+        let helm_only = base(json!([feed("HelmChart", "h")]));
+        let plan = plan_descriptions(&helm_only, &[], Some(&d), &ours[..1]).expect("a plan");
+        assert_eq!(
+            plan,
+            vec![DescriptionChange::Delete {
+                name: "app-x1-generic".into()
+            }]
+        );
+        d.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        ));
+        assert!(plan_descriptions(&b, &[cm("a", "1")], Some(&d), &[]).is_err());
+    }
 
     fn sub(strategy: &str) -> Subscription {
         serde_json::from_value(json!({

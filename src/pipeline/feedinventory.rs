@@ -9,7 +9,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PodSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use kube::api::{Api, ObjectMeta, PostParams};
+use kube::api::{Api, ObjectMeta};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
@@ -24,7 +24,10 @@ use crate::apis::{
     Subscription,
 };
 use crate::kube_ext::quantity;
-use crate::runtime::{Runtime, api_code};
+use crate::runtime::{Runtime, apply};
+
+/// The field manager of the FeedInventories this controller writes.
+pub const FIELD_MANAGER: &str = "clusternet/controller/feedinventory";
 
 #[derive(Debug, thiserror::Error)]
 pub enum InventoryError {
@@ -186,30 +189,29 @@ pub fn parse_template(
     ))
 }
 
-async fn reconcile(
-    rt: &Runtime,
-    manifests: &[Arc<Manifest>],
+/// What the FeedInventory of `sub` must say: one order per feed, from its first Manifest. `None`
+/// for a Subscription that is not Dividing (or is being deleted): it has no inventory to keep.
+pub fn plan_inventory(
     sub: &Subscription,
-) -> Result<Action, InventoryError> {
+    reserved_ns: &str,
+    manifests: &[Arc<Manifest>],
+) -> Result<Option<FeedInventorySpec>, InventoryError> {
     if sub.spec.scheduling_strategy != Some(SchedulingStrategy::Dividing)
         || sub.metadata.deletion_timestamp.is_some()
     {
-        return Ok(Action::await_change());
+        return Ok(None);
     }
-    let ns = sub.namespace().unwrap_or_default();
-    let name = sub.name_any();
-    let key = format!("{ns}/{name}");
-    let reserved = rt.config.reserved_namespace.clone();
+    let key = format!("{}/{}", sub.namespace().unwrap_or_default(), sub.name_any());
     let mut orders = Vec::new();
     for feed in &sub.spec.feeds {
-        let found = feeds::find(feed, &reserved, manifests);
+        let found = feeds::find(feed, reserved_ns, manifests);
         let Some(m) = found.first() else {
             // a Manifest may arrive later: retry instead of waiting for a Subscription change
             tracing::warn!(subscription = %key, feed = %feed, "UnParseableFeeds: no Manifest for the feed yet");
             return Err(InventoryError::NoManifest {
                 sub: key,
                 feed: feed.to_string(),
-                reserved,
+                reserved: reserved_ns.to_string(),
             });
         };
         let (desired, requirements, path) =
@@ -225,18 +227,12 @@ async fn reconcile(
             replica_json_path: path,
         });
     }
-    let api: Api<FeedInventory> = Api::namespaced(rt.client.clone(), &ns);
-    let spec = FeedInventorySpec { feeds: orders };
-    let existing = api
-        .get_opt(&name)
-        .await
-        .map_err(|source| InventoryError::Api {
-            sub: key.clone(),
-            source,
-        })?;
-    if existing.as_ref().is_some_and(|e| e.spec == spec) {
-        return Ok(Action::requeue(Duration::from_secs(300)));
-    }
+    Ok(Some(FeedInventorySpec { feeds: orders }))
+}
+
+/// The FeedInventory we own: named after the Subscription, labelled with it, owned by it.
+pub fn desired_inventory(sub: &Subscription, spec: FeedInventorySpec) -> FeedInventory {
+    let (ns, name) = (sub.namespace().unwrap_or_default(), sub.name_any());
     let mut inv = FeedInventory::new(&name, spec);
     inv.metadata = ObjectMeta {
         name: Some(name.clone()),
@@ -246,34 +242,42 @@ async fn reconcile(
                 known::OBJECT_CREATED_BY_LABEL.to_string(),
                 known::CLUSTERNET_CONTROLLER_MANAGER_NAME.to_string(),
             ),
-            (
-                known::CONFIG_SUBSCRIPTION_NAME_LABEL.to_string(),
-                name.clone(),
-            ),
-            (
-                known::CONFIG_SUBSCRIPTION_NAMESPACE_LABEL.to_string(),
-                ns.clone(),
-            ),
+            (known::CONFIG_SUBSCRIPTION_NAME_LABEL.to_string(), name),
+            (known::CONFIG_SUBSCRIPTION_NAMESPACE_LABEL.to_string(), ns),
             (
                 known::CONFIG_SUBSCRIPTION_UID_LABEL.to_string(),
                 sub.uid().unwrap_or_default(),
             ),
         ])),
         owner_references: sub.controller_owner_ref(&()).map(|r| vec![r]),
-        resource_version: existing.as_ref().and_then(|e| e.resource_version()),
         ..Default::default()
     };
-    let result = match existing {
-        Some(_) => api.replace(&name, &PostParams::default(), &inv).await,
-        None => api.create(&PostParams::default(), &inv).await,
+    inv
+}
+
+async fn reconcile(
+    rt: &Runtime,
+    manifests: &[Arc<Manifest>],
+    sub: &Subscription,
+) -> Result<Action, InventoryError> {
+    let Some(spec) = plan_inventory(sub, &rt.config.reserved_namespace, manifests)? else {
+        return Ok(Action::await_change());
     };
-    match result {
-        Ok(_) => info!(subscription = %key, "FeedInventorySynced"),
-        Err(e) if api_code(&e) == Some(409) => {
-            return Ok(Action::requeue(Duration::from_millis(200)));
-        }
-        Err(source) => return Err(InventoryError::Api { sub: key, source }),
+    let (ns, name) = (sub.namespace().unwrap_or_default(), sub.name_any());
+    let fail = |source| InventoryError::Api {
+        sub: format!("{ns}/{name}"),
+        source,
+    };
+    let api: Api<FeedInventory> = Api::namespaced(rt.client.clone(), &ns);
+    let existing = api.get_opt(&name).await.map_err(fail)?;
+    if existing.is_some_and(|e| e.spec == spec) {
+        return Ok(Action::requeue(Duration::from_secs(300)));
     }
+    let body = serde_json::json!(desired_inventory(sub, spec));
+    apply::apply(&api, FIELD_MANAGER, &name, &body)
+        .await
+        .map_err(fail)?;
+    info!(subscription = %format!("{ns}/{name}"), "FeedInventorySynced");
     Ok(Action::requeue(Duration::from_secs(300)))
 }
 
@@ -281,6 +285,64 @@ async fn reconcile(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn only_dividing_subscriptions_get_an_inventory_of_every_feed() {
+        let sub = |strategy: &str| -> Subscription {
+            serde_json::from_value(json!({
+                "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Subscription",
+                "metadata": {"name": "app", "namespace": "default", "uid": "s-1"},
+                "spec": {"schedulingStrategy": strategy, "subscribers": [{"clusterAffinity": {}}],
+                    "feeds": [{"apiVersion": "apps/v1", "kind": "Deployment", "namespace": "demo", "name": "web"}]}
+            }))
+            .expect("a Subscription")
+        };
+        let manifest: Arc<Manifest> = Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Manifest",
+                "metadata": {"name": "deployments.demo.web", "namespace": "clusternet-reserved",
+                    "labels": {"apps.clusternet.io/config.group": "apps",
+                        "apps.clusternet.io/config.version": "v1",
+                        "apps.clusternet.io/config.kind": "Deployment",
+                        "apps.clusternet.io/config.name": "web",
+                        "apps.clusternet.io/config.namespace": "demo"}},
+                "template": {"apiVersion": "apps/v1", "kind": "Deployment",
+                    "metadata": {"name": "web", "namespace": "demo"}, "spec": {"replicas": 6}}
+            }))
+            .expect("a Manifest"),
+        );
+        let reserved = "clusternet-reserved";
+        assert!(matches!(
+            plan_inventory(
+                &sub("Replication"),
+                reserved,
+                std::slice::from_ref(&manifest)
+            ),
+            Ok(None)
+        ));
+        // a feed without its Manifest yet: retried
+        assert!(matches!(
+            plan_inventory(&sub("Dividing"), reserved, &[]),
+            Err(InventoryError::NoManifest { .. })
+        ));
+        let spec = plan_inventory(&sub("Dividing"), reserved, &[manifest])
+            .expect("parses")
+            .expect("an inventory");
+        assert_eq!(spec.feeds[0].desired_replicas, Some(6));
+        let inv = desired_inventory(&sub("Dividing"), spec);
+        assert_eq!(inv.name_any(), "app");
+        assert_eq!(
+            inv.labels()
+                .get(known::CONFIG_SUBSCRIPTION_UID_LABEL)
+                .map(String::as_str),
+            Some("s-1")
+        );
+        assert_eq!(
+            inv.metadata.owner_references.map(|o| o[0].uid.clone()),
+            Some("s-1".into())
+        );
+        assert!(inv.metadata.resource_version.is_none());
+    }
 
     #[test]
     fn deployments_give_replicas_and_summed_requirements() {

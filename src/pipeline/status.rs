@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use kube::ResourceExt;
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::feeds;
@@ -21,7 +21,10 @@ use crate::apis::{
     FeedStatusPerCluster, ManagedCluster, Manifest, ReplicaStatus, Subscription,
 };
 use crate::runtime::events::Events;
-use crate::runtime::{Runtime, api_code};
+use crate::runtime::{Runtime, apply};
+
+/// The field manager of `status.aggregatedStatuses` and `status.conditions`.
+pub const FIELD_MANAGER: &str = "clusternet/controller/aggregatestatus";
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
@@ -209,15 +212,15 @@ pub fn feeds_resolved_condition(
     }
 }
 
-async fn reconcile(ctx: &Ctx, sub: Arc<Subscription>) -> Result<Action, AggregateError> {
-    if sub.metadata.deletion_timestamp.is_some() {
-        return Ok(Action::await_change());
-    }
-    let ns = sub.namespace().unwrap_or_default();
+/// Per feed of `sub`, the state of its object in every binding cluster (in `bindingClusters`
+/// order), from the Descriptions' `manifestStatuses`.
+pub fn feed_details(
+    sub: &Subscription,
+    clusters: &[Arc<ManagedCluster>],
+    descriptions: &[Arc<Description>],
+) -> Vec<Vec<FeedStatusPerCluster>> {
     let uid = sub.uid().unwrap_or_default();
     let status = sub.status.clone().unwrap_or_default();
-    // slots per binding cluster, in bindingClusters order
-    let clusters = ctx.clusters.state();
     let slots: Vec<FeedStatusPerCluster> = status
         .binding_clusters
         .iter()
@@ -237,7 +240,7 @@ async fn reconcile(ctx: &Ctx, sub: Arc<Subscription>) -> Result<Action, Aggregat
         .collect();
     let mut details: Vec<Vec<FeedStatusPerCluster>> =
         sub.spec.feeds.iter().map(|_| slots.clone()).collect();
-    for d in ctx.descriptions.state().iter().filter(|d| {
+    for d in descriptions.iter().filter(|d| {
         d.labels().get(known::CONFIG_SUBSCRIPTION_UID_LABEL) == Some(&uid)
             && d.metadata.deletion_timestamp.is_none()
     }) {
@@ -285,12 +288,78 @@ async fn reconcile(ctx: &Ctx, sub: Arc<Subscription>) -> Result<Action, Aggregat
             }
         }
     }
-    let manifests = ctx.manifests.state();
+    details
+}
+
+/// One feed's aggregated status: its details and their sum. A feed with a problem runs nowhere,
+/// so it is never reported available.
+pub fn summarize(
+    feed: &Feed,
+    mut details: Vec<FeedStatusPerCluster>,
+    problem: bool,
+) -> AggregatedStatus {
+    if problem {
+        for d in &mut details {
+            d.feed_status.available = false;
+        }
+    }
+    let mut summary = FeedStatus {
+        available: !problem && details.iter().all(|d| d.feed_status.available),
+        ..Default::default()
+    };
+    for d in &details {
+        let (s, r) = (&mut summary.replica_status, &d.feed_status.replica_status);
+        s.observed_generation = s.observed_generation.max(r.observed_generation);
+        s.replicas += r.replicas;
+        s.updated_replicas += r.updated_replicas;
+        s.current_replicas += r.current_replicas;
+        s.ready_replicas += r.ready_replicas;
+        s.available_replicas += r.available_replicas;
+        s.unavailable_replicas += r.unavailable_replicas;
+        s.active += r.active;
+        s.succeeded += r.succeeded;
+        s.failed += r.failed;
+    }
+    AggregatedStatus {
+        feed: feed.clone(),
+        feed_status_summary: summary,
+        feed_status_details: details,
+    }
+}
+
+/// What the aggregated status of a Subscription must become.
+#[derive(Debug, Default, PartialEq)]
+pub struct StatusPlan {
+    /// The fields this controller owns, when they differ from what the Subscription has.
+    pub update: Option<OwnedStatus>,
+    /// A Warning event to record (FeedsResolved turned False, or its message changed).
+    pub warning: Option<(String, String)>,
+}
+
+/// `status.aggregatedStatuses` and `status.conditions` (the whole list: it is atomic in the CRD,
+/// so an apply owns all of it; the other conditions are carried over as they are).
+#[derive(Debug, Default, PartialEq)]
+pub struct OwnedStatus {
+    pub aggregated_statuses: Vec<AggregatedStatus>,
+    pub conditions: Vec<Condition>,
+}
+
+/// The aggregated status of `sub` from what the cache holds.
+pub fn plan_status(
+    sub: &Subscription,
+    clusters: &[Arc<ManagedCluster>],
+    descriptions: &[Arc<Description>],
+    reserved_ns: &str,
+    manifests: &[Arc<Manifest>],
+    now: Timestamp,
+) -> StatusPlan {
+    let status = sub.status.clone().unwrap_or_default();
+    let details = feed_details(sub, clusters, descriptions);
     let problems: Vec<Option<(&'static str, String)>> = sub
         .spec
         .feeds
         .iter()
-        .map(|f| feed_problem(f, &ctx.rt.config.reserved_namespace, &manifests))
+        .map(|f| feed_problem(f, reserved_ns, manifests))
         .collect();
     let aggregated: Vec<AggregatedStatus> = sub
         .spec
@@ -298,81 +367,196 @@ async fn reconcile(ctx: &Ctx, sub: Arc<Subscription>) -> Result<Action, Aggregat
         .iter()
         .zip(details)
         .zip(&problems)
-        .map(|((feed, mut details), problem)| {
-            if problem.is_some() {
-                // nothing of it runs anywhere: never report it available
-                for d in &mut details {
-                    d.feed_status.available = false;
-                }
-            }
-            let mut summary = FeedStatus {
-                available: problem.is_none() && details.iter().all(|d| d.feed_status.available),
-                ..Default::default()
-            };
-            for d in &details {
-                let (s, r) = (&mut summary.replica_status, &d.feed_status.replica_status);
-                s.observed_generation = s.observed_generation.max(r.observed_generation);
-                s.replicas += r.replicas;
-                s.updated_replicas += r.updated_replicas;
-                s.current_replicas += r.current_replicas;
-                s.ready_replicas += r.ready_replicas;
-                s.available_replicas += r.available_replicas;
-                s.unavailable_replicas += r.unavailable_replicas;
-                s.active += r.active;
-                s.succeeded += r.succeeded;
-                s.failed += r.failed;
-            }
-            AggregatedStatus {
-                feed: feed.clone(),
-                feed_status_summary: summary,
-                feed_status_details: details,
-            }
-        })
+        .map(|((feed, details), problem)| summarize(feed, details, problem.is_some()))
         .collect();
-    let condition = feeds_resolved_condition(&problems, &status.conditions, Timestamp::now());
+    let condition = feeds_resolved_condition(&problems, &status.conditions, now);
+    let previous = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == CONDITION_FEEDS_RESOLVED);
+    let warning = (condition.status == "False"
+        && previous.is_none_or(|p| p.status != condition.status || p.message != condition.message))
+    .then(|| (condition.reason.clone(), condition.message.clone()));
     let mut conditions: Vec<Condition> = status
         .conditions
         .iter()
         .filter(|c| c.type_ != CONDITION_FEEDS_RESOLVED)
         .cloned()
         .collect();
-    let previous = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == CONDITION_FEEDS_RESOLVED);
-    if condition.status == "False"
-        && previous.is_none_or(|p| p.status != condition.status || p.message != condition.message)
-    {
-        ctx.events
-            .warn(sub.as_ref(), &condition.reason, &condition.message);
-    }
     conditions.push(condition);
-    if aggregated == status.aggregated_statuses && conditions == status.conditions {
-        return Ok(Action::requeue(Duration::from_secs(300)));
+    let update = (aggregated != status.aggregated_statuses || conditions != status.conditions)
+        .then_some(OwnedStatus {
+            aggregated_statuses: aggregated,
+            conditions,
+        });
+    StatusPlan { update, warning }
+}
+
+async fn reconcile(ctx: &Ctx, sub: Arc<Subscription>) -> Result<Action, AggregateError> {
+    if sub.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
     }
-    let mut updated = (*sub).clone();
-    let mut st = status;
-    st.aggregated_statuses = aggregated;
-    st.conditions = conditions;
-    updated.status = Some(st);
+    let plan = plan_status(
+        &sub,
+        &ctx.clusters.state(),
+        &ctx.descriptions.state(),
+        &ctx.rt.config.reserved_namespace,
+        &ctx.manifests.state(),
+        Timestamp::now(),
+    );
+    if let Some((reason, message)) = &plan.warning {
+        ctx.events.warn(sub.as_ref(), reason, message);
+    }
+    let Some(owned) = plan.update else {
+        return Ok(Action::requeue(Duration::from_secs(300)));
+    };
+    let ns = sub.namespace().unwrap_or_default();
     let api: Api<Subscription> = Api::namespaced(ctx.rt.client.clone(), &ns);
-    match api
-        .replace_status(&sub.name_any(), &PostParams::default(), &updated)
+    let body = apply::status_body(
+        sub.as_ref(),
+        json!({
+            "aggregatedStatuses": owned.aggregated_statuses,
+            "conditions": owned.conditions,
+        }),
+    );
+    apply::apply_status(&api, FIELD_MANAGER, &sub.name_any(), &body)
         .await
-    {
-        Ok(_) => Ok(Action::requeue(Duration::from_secs(300))),
-        Err(e) if api_code(&e) == Some(409) => Ok(Action::requeue(Duration::from_millis(300))),
-        Err(source) => Err(AggregateError::Api {
+        .map_err(|source| AggregateError::Api {
             sub: format!("{ns}/{}", sub.name_any()),
             source,
-        }),
-    }
+        })?;
+    Ok(Action::requeue(Duration::from_secs(300)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn sub(feeds: Value) -> Subscription {
+        serde_json::from_value(json!({
+            "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Subscription",
+            "metadata": {"name": "app", "namespace": "default", "uid": "s-1"},
+            "spec": {"subscribers": [{"clusterAffinity": {}}], "feeds": feeds},
+            "status": {"bindingClusters": ["clusternet-a/a"],
+                "conditions": [{"type": "Other", "status": "True", "reason": "R", "message": "",
+                    "lastTransitionTime": "2024-01-01T00:00:00Z"}]}
+        }))
+        .expect("a Subscription")
+    }
+
+    fn cluster() -> Arc<ManagedCluster> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "clusters.clusternet.io/v1beta1", "kind": "ManagedCluster",
+                "metadata": {"name": "a", "namespace": "clusternet-a"},
+                "spec": {"clusterId": "id-a", "syncMode": "Pull"}}))
+            .expect("a ManagedCluster"),
+        )
+    }
+
+    fn manifest() -> Arc<Manifest> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Manifest",
+                "metadata": {"name": "deployments.demo.web", "namespace": "clusternet-reserved",
+                    "labels": {"apps.clusternet.io/config.group": "apps",
+                        "apps.clusternet.io/config.version": "v1",
+                        "apps.clusternet.io/config.kind": "Deployment",
+                        "apps.clusternet.io/config.name": "web",
+                        "apps.clusternet.io/config.namespace": "demo"}},
+                "template": {"apiVersion": "apps/v1", "kind": "Deployment",
+                    "metadata": {"name": "web", "namespace": "demo"}}
+            }))
+            .expect("a Manifest"),
+        )
+    }
+
+    fn description(available: i64) -> Arc<Description> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Description",
+                "metadata": {"name": "app-x-generic", "namespace": "clusternet-a",
+                    "labels": {known::CONFIG_SUBSCRIPTION_UID_LABEL: "s-1", known::CLUSTER_ID_LABEL: "id-a"}},
+                "spec": {"deployer": "Generic"},
+                "status": {"phase": "Success", "manifestStatuses": [
+                    {"apiVersion": "apps/v1", "kind": "Deployment", "namespace": "demo", "name": "web",
+                     "observedStatus": {"replicas": 2, "availableReplicas": available, "readyReplicas": available}}]}
+            }))
+            .expect("a Description"),
+        )
+    }
+
+    fn web() -> Value {
+        json!([{"apiVersion": "apps/v1", "kind": "Deployment", "namespace": "demo", "name": "web"}])
+    }
+
+    fn plan(
+        sub: &Subscription,
+        descs: &[Arc<Description>],
+        manifests: &[Arc<Manifest>],
+    ) -> StatusPlan {
+        let now = Timestamp::from_second(1_000_000).expect("time");
+        plan_status(
+            sub,
+            &[cluster()],
+            descs,
+            "clusternet-reserved",
+            manifests,
+            now,
+        )
+    }
+
+    #[test]
+    fn aggregated_status_is_written_only_when_it_changes() {
+        let mut s = sub(web());
+        let p = plan(&s, &[description(2)], &[manifest()]);
+        assert_eq!(p.warning, None);
+        let owned = p.update.expect("a first write");
+        let summary = &owned.aggregated_statuses[0].feed_status_summary;
+        assert!(summary.available);
+        assert_eq!(summary.replica_status.available_replicas, 2);
+        assert_eq!(
+            owned.aggregated_statuses[0].feed_status_details[0].cluster_id,
+            "id-a"
+        );
+        // the other conditions are carried over, FeedsResolved added
+        let types: Vec<&str> = owned.conditions.iter().map(|c| c.type_.as_str()).collect();
+        assert_eq!(types, ["Other", CONDITION_FEEDS_RESOLVED]);
+        // as written: nothing to do, even at another time
+        let st = s.status.get_or_insert_with(Default::default);
+        st.aggregated_statuses = owned.aggregated_statuses;
+        st.conditions = owned.conditions;
+        assert_eq!(
+            plan(&s, &[description(2)], &[manifest()]),
+            StatusPlan::default()
+        );
+        // a child reports less: written again
+        let p = plan(&s, &[description(1)], &[manifest()]);
+        let owned = p.update.expect("a write");
+        assert!(!owned.aggregated_statuses[0].feed_status_summary.available);
+    }
+
+    #[test]
+    fn a_missing_feed_is_never_available_and_warned_about_once() {
+        let mut s = sub(web());
+        let p = plan(&s, &[description(2)], &[]);
+        let (reason, message) = p.warning.expect("a warning");
+        assert_eq!(reason, "FeedNotFound");
+        assert!(message.contains("Deployment demo/web"), "{message}");
+        let owned = p.update.expect("a write");
+        let agg = &owned.aggregated_statuses[0];
+        assert!(
+            !agg.feed_status_summary.available && !agg.feed_status_details[0].feed_status.available
+        );
+        let fr = owned.conditions.last().expect("FeedsResolved");
+        assert_eq!(fr.status, "False");
+        let st = s.status.get_or_insert_with(Default::default);
+        st.aggregated_statuses = owned.aggregated_statuses;
+        st.conditions = owned.conditions;
+        // still missing: no second warning, no write
+        assert_eq!(plan(&s, &[description(2)], &[]), StatusPlan::default());
+    }
 
     #[test]
     fn availability_by_kind() {

@@ -9,8 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event, finalizer};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -27,7 +28,7 @@ use crate::apis::{
 use crate::kube_ext::random_suffix;
 use crate::runtime::cache::Expectations;
 use crate::runtime::events::Events;
-use crate::runtime::{Runtime, api_code};
+use crate::runtime::{Runtime, api_code, apply};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SubscriptionError {
@@ -174,46 +175,57 @@ async fn bases_of(ctx: &Ctx, uid: &str) -> Result<Vec<Base>, kube::Error> {
         .items)
 }
 
-async fn populate(ctx: &Ctx, sub: &Subscription) -> Result<Action, SubscriptionError> {
-    let rt = &ctx.rt;
+/// One Base of a Subscription, bound to the cluster at `index` of `status.bindingClusters`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BaseChange {
+    /// No Base in that cluster's namespace yet: apply this one (named afresh).
+    Create(Base),
+    /// The Base's feeds, our labels or our finalizer differ: apply what we own of it (`before`
+    /// is the cached resourceVersion it replaces).
+    Update {
+        before: Option<String>,
+        desired: Base,
+    },
+    /// Already as wanted.
+    Unchanged(Base),
+}
+
+/// What a Subscription's Bases must become.
+#[derive(Debug, Default, PartialEq)]
+pub struct BasesPlan {
+    /// Per binding cluster whose dedicated namespace exists, in `bindingClusters` order.
+    pub bound: Vec<(usize, BaseChange)>,
+    /// Bases of clusters no longer bound whose time has come.
+    pub delete: Vec<Base>,
+    /// When to look again at Bases kept for clusters that are unbound but not (long) healthy.
+    pub recheck: Duration,
+}
+
+/// The Bases of `sub` from what the cache holds: `existing` (the Subscription's Bases),
+/// `namespaces` (the labels of the binding clusters' dedicated namespaces that exist), `clusters`.
+/// `new_name` names a new object after a prefix (random in production).
+pub fn plan_bases(
+    sub: &Subscription,
+    existing: &[Base],
+    namespaces: &BTreeMap<String, BTreeMap<String, String>>,
+    clusters: &[Arc<ManagedCluster>],
+    now: Timestamp,
+    grace: Duration,
+    new_name: &mut dyn FnMut(&str) -> String,
+) -> BasesPlan {
     let key = key(sub);
-    let err = |what: String| {
-        let sub = key.clone();
-        move |source| SubscriptionError::Api { sub, what, source }
-    };
-    let uid = sub.uid().unwrap_or_default();
     let status = sub.status.clone().unwrap_or_default();
-    let existing = bases_of(ctx, &uid)
-        .await
-        .map_err(err("listing Bases".into()))?;
-    let namespaces: Api<Namespace> = Api::all(rt.client.clone());
+    let mut plan = BasesPlan::default();
     let mut kept: Vec<(String, String)> = Vec::new();
-    let inventory = if sub.spec.scheduling_strategy == Some(SchedulingStrategy::Dividing) {
-        Api::<FeedInventory>::namespaced(rt.client.clone(), &sub.namespace().unwrap_or_default())
-            .get_opt(&sub.name_any())
-            .await
-            .map_err(err("reading the FeedInventory".into()))?
-    } else {
-        None
-    };
     for (index, cluster) in status.binding_clusters.iter().enumerate() {
         let Some((cluster_ns, _)) = cluster.split_once('/') else {
             warn!(subscription = %key, entry = %cluster, "binding entry is not <namespace>/<name>");
             continue;
         };
-        // the cluster labels of a dedicated namespace are set when it is created; a namespace
-        // the cache has not seen yet is looked up at the API server
-        let cached = ctx.namespaces.get(&ObjectRef::new(cluster_ns));
-        let Some(ns_obj) = (match cached {
-            Some(n) => Some((*n).clone()),
-            None => namespaces
-                .get_opt(cluster_ns)
-                .await
-                .map_err(err(format!("reading namespace {cluster_ns}")))?,
-        }) else {
+        let Some(ns_labels) = namespaces.get(cluster_ns) else {
             continue;
         };
-        let ns_labels = ns_obj.labels().clone();
+        // the cluster labels of a dedicated namespace are set when it is created
         let mut labels = sub_labels(sub);
         for l in [known::CLUSTER_ID_LABEL, known::CLUSTER_NAME_LABEL] {
             if let Some(v) = ns_labels.get(l) {
@@ -236,120 +248,226 @@ async fn populate(ctx: &Ctx, sub: &Subscription) -> Result<Action, SubscriptionE
         if mine.len() > 1 {
             warn!(subscription = %key, namespace = cluster_ns, "MultipleBases: more than one Base for this cluster; using the newest");
         }
-        let bases: Api<Base> = Api::namespaced(rt.client.clone(), cluster_ns);
-        let base = match mine.first() {
+        let change = match mine.first() {
             Some(b) => {
-                let mut merged = b.labels().clone();
-                merged.extend(labels.clone());
+                let has_labels = labels.iter().all(|(k, v)| b.labels().get(k) == Some(v));
                 let needs = b.spec.feeds != sub.spec.feeds
-                    || &merged != b.labels()
+                    || !has_labels
                     || !b.finalizers().iter().any(|f| f == known::APP_FINALIZER);
                 if needs {
-                    let mut updated = (*b).clone();
-                    updated.metadata.labels = Some(merged);
-                    updated.spec = BaseSpec {
-                        feeds: sub.spec.feeds.clone(),
-                    };
-                    let fins = updated.metadata.finalizers.get_or_insert_with(Vec::new);
-                    if !fins.iter().any(|f| f == known::APP_FINALIZER) {
-                        fins.push(known::APP_FINALIZER.to_string());
+                    // an annotation set at creation stays ours (an apply without it would drop it)
+                    let annotations = b.annotations();
+                    let desired = desired_base(sub, cluster_ns, &b.name_any(), labels, annotations);
+                    BaseChange::Update {
+                        before: b.resource_version(),
+                        desired,
                     }
-                    let before = b.resource_version();
-                    let b = bases
-                        .replace(&b.name_any(), &PostParams::default(), &updated)
-                        .await
-                        .map_err(err("updating a Base".into()))?;
-                    ctx.expectations.written(
-                        &bases_group(&uid),
-                        Some(cluster_ns),
-                        &b.name_any(),
-                        before,
-                    );
-                    info!(subscription = %key, base = %format!("{cluster_ns}/{}", b.name_any()), "BaseUpdated");
-                    ctx.events.normal(
-                        sub,
-                        "BaseUpdated",
-                        &format!("Base {cluster_ns}/{} is updated successfully", b.name_any()),
-                    );
-                    b
                 } else {
-                    (*b).clone()
+                    BaseChange::Unchanged((*b).clone())
                 }
             }
             None => {
-                let mut annotations = BTreeMap::new();
-                if let Some(v) = sub
-                    .annotations()
-                    .get(known::IS_DEFAULT_CLUSTER_INIT_ANNOTATION)
-                {
-                    annotations.insert(
-                        known::IS_DEFAULT_CLUSTER_INIT_ANNOTATION.to_string(),
-                        v.clone(),
-                    );
-                }
-                let mut base = Base::new(
-                    &format!("{}-{}", sub.name_any(), random_suffix(5)),
-                    BaseSpec {
-                        feeds: sub.spec.feeds.clone(),
-                    },
-                );
-                base.metadata.namespace = Some(cluster_ns.to_string());
-                base.metadata.labels = Some(labels);
-                base.metadata.annotations = (!annotations.is_empty()).then_some(annotations);
-                base.metadata.finalizers = Some(vec![known::APP_FINALIZER.to_string()]);
-                let b = bases
-                    .create(&PostParams::default(), &base)
-                    .await
-                    .map_err(err("creating a Base".into()))?;
-                ctx.expectations
-                    .written(&bases_group(&uid), Some(cluster_ns), &b.name_any(), None);
-                info!(subscription = %key, base = %format!("{cluster_ns}/{}", b.name_any()), "BaseCreated");
-                ctx.events.normal(
+                let name = new_name(&sub.name_any());
+                BaseChange::Create(desired_base(
                     sub,
-                    "BaseCreated",
-                    &format!("Base {cluster_ns}/{} is created successfully", b.name_any()),
-                );
-                b
+                    cluster_ns,
+                    &name,
+                    labels,
+                    sub.annotations(),
+                ))
             }
         };
+        let base = match &change {
+            BaseChange::Create(b) | BaseChange::Unchanged(b) => b,
+            BaseChange::Update { desired, .. } => desired,
+        };
         kept.push((cluster_ns.to_string(), base.name_any()));
-        dividing_localizations(ctx, sub, &base, index, inventory.as_ref()).await?;
+        plan.bound.push((index, change));
     }
+    let (delete, recheck) = plan_unbound(&key, existing, &kept, clusters, now, grace);
+    plan.delete = delete;
+    plan.recheck = recheck;
+    plan
+}
+
+/// The Bases in `existing` that are not `kept` (bound), by [`unbound_base_fate`]: those to
+/// delete, and when to look again at the ones kept for now.
+fn plan_unbound(
+    key: &str,
+    existing: &[Base],
+    kept: &[(String, String)],
+    clusters: &[Arc<ManagedCluster>],
+    now: Timestamp,
+    grace: Duration,
+) -> (Vec<Base>, Duration) {
+    let mut delete = Vec::new();
     let mut recheck = Duration::from_secs(300);
-    for b in &existing {
+    for b in existing {
         let here = (b.namespace().unwrap_or_default(), b.name_any());
-        if !kept.contains(&here) && b.metadata.deletion_timestamp.is_none() {
-            let cluster = ctx
-                .clusters
-                .state()
-                .into_iter()
-                .find(|c| c.namespace().as_deref() == Some(here.0.as_str()));
-            if let UnboundBase::Keep { recheck_in, why } = unbound_base_fate(
-                cluster.as_deref(),
-                Timestamp::now(),
-                rt.config.cluster_recovery_grace,
-            ) {
+        if kept.contains(&here) || b.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let cluster = clusters
+            .iter()
+            .find(|c| c.namespace().as_deref() == Some(here.0.as_str()));
+        match unbound_base_fate(cluster.map(|c| c.as_ref()), now, grace) {
+            UnboundBase::Keep { recheck_in, why } => {
                 debug!(subscription = %key, base = %format!("{}/{}", here.0, here.1), why, "keeping the Base of an unbound cluster");
                 recheck = recheck.min(recheck_in);
-                continue;
             }
-            let bases: Api<Base> = Api::namespaced(rt.client.clone(), &here.0);
-            match bases.delete(&here.1, &DeleteParams::background()).await {
-                Ok(_) => {
-                    ctx.expectations.deleted(
-                        &bases_group(&uid),
-                        Some(&here.0),
-                        &here.1,
-                        b.resource_version(),
-                    );
-                    info!(subscription = %key, base = %format!("{}/{}", here.0, here.1), "deleted a Base of an unbound cluster")
-                }
-                Err(e) if api_code(&e) == Some(404) => {}
-                Err(e) => return Err(err("deleting a Base".into())(e)),
-            }
+            UnboundBase::Delete => delete.push(b.clone()),
         }
     }
-    Ok(Action::requeue(recheck))
+    (delete, recheck)
+}
+
+/// The Base we own in `ns`: our labels and finalizer, the default-cluster-init annotation when
+/// `annotations` carry it, and the Subscription's feeds.
+fn desired_base(
+    sub: &Subscription,
+    ns: &str,
+    name: &str,
+    labels: BTreeMap<String, String>,
+    annotations: &BTreeMap<String, String>,
+) -> Base {
+    let annotations: BTreeMap<String, String> = annotations
+        .iter()
+        .filter(|(k, _)| *k == known::IS_DEFAULT_CLUSTER_INIT_ANNOTATION)
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let mut base = Base::new(
+        name,
+        BaseSpec {
+            feeds: sub.spec.feeds.clone(),
+        },
+    );
+    base.metadata.namespace = Some(ns.to_string());
+    base.metadata.labels = Some(labels);
+    base.metadata.annotations = (!annotations.is_empty()).then_some(annotations);
+    base.metadata.finalizers = Some(vec![known::APP_FINALIZER.to_string()]);
+    base
+}
+
+/// The labels of every dedicated namespace `sub` is bound to that exists: from the cache, or
+/// from the API server for one the cache has not seen yet.
+async fn binding_namespaces(
+    ctx: &Ctx,
+    sub: &Subscription,
+) -> Result<BTreeMap<String, BTreeMap<String, String>>, SubscriptionError> {
+    let api: Api<Namespace> = Api::all(ctx.rt.client.clone());
+    let mut out = BTreeMap::new();
+    let status = sub.status.clone().unwrap_or_default();
+    for ns in status
+        .binding_clusters
+        .iter()
+        .filter_map(|c| c.split_once('/').map(|(ns, _)| ns))
+    {
+        let found = match ctx.namespaces.get(&ObjectRef::new(ns)) {
+            Some(n) => Some((*n).clone()),
+            None => api
+                .get_opt(ns)
+                .await
+                .map_err(|source| SubscriptionError::Api {
+                    sub: key(sub),
+                    what: format!("reading namespace {ns}"),
+                    source,
+                })?,
+        };
+        if let Some(n) = found {
+            out.insert(ns.to_string(), n.labels().clone());
+        }
+    }
+    Ok(out)
+}
+
+async fn populate(ctx: &Ctx, sub: &Subscription) -> Result<Action, SubscriptionError> {
+    let rt = &ctx.rt;
+    let err = |what: &str| {
+        let (sub, what) = (key(sub), what.to_string());
+        move |source| SubscriptionError::Api { sub, what, source }
+    };
+    let uid = sub.uid().unwrap_or_default();
+    let existing = bases_of(ctx, &uid).await.map_err(err("listing Bases"))?;
+    let namespaces = binding_namespaces(ctx, sub).await?;
+    let inventory = if sub.spec.scheduling_strategy == Some(SchedulingStrategy::Dividing) {
+        Api::<FeedInventory>::namespaced(rt.client.clone(), &sub.namespace().unwrap_or_default())
+            .get_opt(&sub.name_any())
+            .await
+            .map_err(err("reading the FeedInventory"))?
+    } else {
+        None
+    };
+    let plan = plan_bases(
+        sub,
+        &existing,
+        &namespaces,
+        &ctx.clusters.state(),
+        Timestamp::now(),
+        rt.config.cluster_recovery_grace,
+        &mut |prefix| format!("{prefix}-{}", random_suffix(5)),
+    );
+    for (index, change) in plan.bound {
+        let base = apply_base(ctx, sub, change).await?;
+        dividing_localizations(ctx, sub, &base, index, inventory.as_ref()).await?;
+    }
+    for b in &plan.delete {
+        delete_base(ctx, sub, b).await?;
+    }
+    Ok(Action::requeue(plan.recheck))
+}
+
+/// The I/O of one [`BaseChange`]: the Base as it is after it.
+async fn apply_base(
+    ctx: &Ctx,
+    sub: &Subscription,
+    change: BaseChange,
+) -> Result<Base, SubscriptionError> {
+    let uid = sub.uid().unwrap_or_default();
+    let (desired, before, verb, what) = match change {
+        BaseChange::Unchanged(b) => return Ok(b),
+        BaseChange::Create(desired) => (desired, None, "Created", "creating a Base"),
+        BaseChange::Update { before, desired } => (desired, before, "Updated", "updating a Base"),
+    };
+    let ns = desired.namespace().unwrap_or_default();
+    let api: Api<Base> = Api::namespaced(ctx.rt.client.clone(), &ns);
+    let body = serde_json::to_value(&desired).map_err(|e| SubscriptionError::Waiting {
+        sub: key(sub),
+        message: format!("encoding a Base: {e}"),
+    })?;
+    let b = apply::apply(&api, FIELD_MANAGER, &desired.name_any(), &body)
+        .await
+        .map_err(|source| SubscriptionError::Api {
+            sub: key(sub),
+            what: what.into(),
+            source,
+        })?;
+    ctx.expectations
+        .written(&bases_group(&uid), Some(&ns), &b.name_any(), before);
+    let base = format!("{ns}/{}", b.name_any());
+    info!(subscription = %key(sub), base = %base, "Base{verb}");
+    let message = format!("Base {base} is {} successfully", verb.to_lowercase());
+    ctx.events.normal(sub, &format!("Base{verb}"), &message);
+    Ok(b)
+}
+
+async fn delete_base(ctx: &Ctx, sub: &Subscription, b: &Base) -> Result<(), SubscriptionError> {
+    let (ns, name) = (b.namespace().unwrap_or_default(), b.name_any());
+    let api: Api<Base> = Api::namespaced(ctx.rt.client.clone(), &ns);
+    match api.delete(&name, &DeleteParams::background()).await {
+        Ok(_) => {
+            let group = bases_group(&sub.uid().unwrap_or_default());
+            ctx.expectations
+                .deleted(&group, Some(&ns), &name, b.resource_version());
+            info!(subscription = %key(sub), base = %format!("{ns}/{name}"), "deleted a Base of an unbound cluster");
+            Ok(())
+        }
+        Err(e) if api_code(&e) == Some(404) => Ok(()),
+        Err(source) => Err(SubscriptionError::Api {
+            sub: key(sub),
+            what: "deleting a Base".into(),
+            source,
+        }),
+    }
 }
 
 /// What happens to the Base of a cluster the Subscription is no longer bound to.
@@ -401,60 +519,36 @@ pub fn unbound_base_fate(
     }
 }
 
-/// deployer.md §3: the per-cluster replica count of each workload feed, as a Localization.
-async fn dividing_localizations(
-    ctx: &Ctx,
+/// One write to the dividing Localizations of a Base.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LocalizationChange {
+    Create(Localization),
+    /// `before` is the cached resourceVersion it replaces.
+    Update {
+        before: Option<String>,
+        desired: Box<Localization>,
+    },
+    Delete(Localization),
+}
+
+/// deployer.md §3: the per-cluster replica count of each workload feed of a Dividing
+/// Subscription, as a priority-1000 Localization in the Base's namespace; `existing` are the
+/// Subscription's dividing Localizations there. Those of feeds without a share (or of a
+/// Subscription that is not Dividing) go. `Err` while a Dividing Subscription has no FeedInventory.
+pub fn plan_localizations(
     sub: &Subscription,
     base: &Base,
     index: usize,
     inventory: Option<&FeedInventory>,
-) -> Result<(), SubscriptionError> {
+    existing: &[Localization],
+    new_name: &mut dyn FnMut(&str) -> String,
+) -> Result<Vec<LocalizationChange>, String> {
     let key = key(sub);
-    let ns = base.namespace().unwrap_or_default();
-    let sub_uid = sub.uid().unwrap_or_default();
-    let err = |what: &'static str| {
-        let sub = key.clone();
-        move |source| SubscriptionError::Api {
-            sub,
-            what: what.to_string(),
-            source,
-        }
-    };
-    let api: Api<Localization> = Api::namespaced(ctx.rt.client.clone(), &ns);
-    let group = localizations_group(&sub_uid, &ns);
-    let existing = if ctx.expectations.settled(&group, &ctx.localizations) {
-        ctx.localizations
-            .state()
-            .iter()
-            .filter(|l| {
-                let labels = l.labels();
-                l.namespace().as_deref() == Some(ns.as_str())
-                    && labels.get(&sub_uid).map(String::as_str) == Some(known::SUBSCRIPTION_KIND)
-                    && labels
-                        .get(known::OBJECT_CREATED_BY_LABEL)
-                        .map(String::as_str)
-                        == Some(known::CLUSTERNET_CONTROLLER_MANAGER_NAME)
-            })
-            .map(|l| (**l).clone())
-            .collect()
-    } else {
-        api.list(&ListParams::default().labels(&format!(
-            "{sub_uid}={},{}={}",
-            known::SUBSCRIPTION_KIND,
-            known::OBJECT_CREATED_BY_LABEL,
-            known::CLUSTERNET_CONTROLLER_MANAGER_NAME
-        )))
-        .await
-        .map_err(err("listing dividing Localizations"))?
-        .items
-    };
+    let mut changes = Vec::new();
     let mut wanted: Vec<String> = Vec::new();
     if sub.spec.scheduling_strategy == Some(SchedulingStrategy::Dividing) {
         let Some(inv) = inventory else {
-            return Err(SubscriptionError::Waiting {
-                sub: key,
-                message: "no FeedInventory yet".into(),
-            });
+            return Err("no FeedInventory yet".into());
         };
         let replicas = sub.status.clone().unwrap_or_default().replicas;
         for order in &inv.spec.feeds {
@@ -472,74 +566,180 @@ async fn dividing_localizations(
                 warn!(subscription = %key, feed = %order.feed, "BadSchedulingResult: fewer replica entries than clusters");
                 continue;
             };
-            let spec = LocalizationSpec {
-                override_policy: Some(OverridePolicy::ApplyNow),
-                overrides: vec![OverrideConfig {
-                    name: "dividing scheduling replicas".into(),
-                    value:
-                        json!([{"path": order.replica_json_path, "value": count, "op": "replace"}])
-                            .to_string(),
-                    type_: OverrideType::JsonPatch,
-                    override_chart: false,
-                    field_path: String::new(),
-                    field_format: None,
-                }],
-                priority: 1000,
-                feed: order.feed.clone(),
-            };
+            let spec = replica_localization_spec(&order.feed, &order.replica_json_path, *count);
             let current = existing
                 .iter()
                 .find(|l| l.spec.feed == order.feed && l.metadata.deletion_timestamp.is_none());
             match current {
                 Some(l) if l.spec == spec => wanted.push(l.name_any()),
                 Some(l) => {
-                    let mut updated = l.clone();
-                    updated.spec = spec;
-                    api.replace(&l.name_any(), &PostParams::default(), &updated)
-                        .await
-                        .map_err(err("updating a dividing Localization"))?;
-                    ctx.expectations.written(
-                        &group,
-                        Some(&ns),
-                        &l.name_any(),
-                        l.resource_version(),
-                    );
+                    // the owner stays whatever it is (an apply without it would drop it)
+                    let owners = l.metadata.owner_references.clone();
+                    let desired = desired_localization(sub, base, &l.name_any(), owners, spec);
                     wanted.push(l.name_any());
+                    changes.push(LocalizationChange::Update {
+                        before: l.resource_version(),
+                        desired: Box::new(desired),
+                    });
                 }
                 None => {
-                    let name = format!("{}-{}", base.name_any(), random_suffix(5));
-                    let mut loc = Localization::new(&name, spec);
-                    loc.metadata = ObjectMeta {
-                        name: Some(name.clone()),
-                        namespace: Some(ns.clone()),
-                        labels: Some(BTreeMap::from([
-                            (
-                                known::OBJECT_CREATED_BY_LABEL.to_string(),
-                                known::CLUSTERNET_CONTROLLER_MANAGER_NAME.to_string(),
-                            ),
-                            (sub_uid.clone(), known::SUBSCRIPTION_KIND.to_string()),
-                        ])),
-                        owner_references: base.controller_owner_ref(&()).map(|r| vec![r]),
-                        ..Default::default()
-                    };
-                    api.create(&PostParams::default(), &loc)
-                        .await
-                        .map_err(err("creating a dividing Localization"))?;
-                    ctx.expectations.written(&group, Some(&ns), &name, None);
-                    wanted.push(name);
+                    let name = new_name(&base.name_any());
+                    let owners = base.controller_owner_ref(&()).map(|r| vec![r]);
+                    wanted.push(name.clone());
+                    changes.push(LocalizationChange::Create(desired_localization(
+                        sub, base, &name, owners, spec,
+                    )));
                 }
             }
         }
     }
-    for l in existing.iter().filter(|l| !wanted.contains(&l.name_any())) {
-        match api.delete(&l.name_any(), &DeleteParams::default()).await {
-            Ok(_) => {
-                ctx.expectations
-                    .deleted(&group, Some(&ns), &l.name_any(), l.resource_version())
-            }
-            Err(e) if api_code(&e) == Some(404) => {}
-            Err(e) => return Err(err("deleting a dividing Localization")(e)),
+    changes.extend(
+        existing
+            .iter()
+            .filter(|l| !wanted.contains(&l.name_any()))
+            .map(|l| LocalizationChange::Delete(l.clone())),
+    );
+    Ok(changes)
+}
+
+fn replica_localization_spec(feed: &crate::apis::Feed, path: &str, count: i32) -> LocalizationSpec {
+    LocalizationSpec {
+        override_policy: Some(OverridePolicy::ApplyNow),
+        overrides: vec![OverrideConfig {
+            name: "dividing scheduling replicas".into(),
+            value: json!([{"path": path, "value": count, "op": "replace"}]).to_string(),
+            type_: OverrideType::JsonPatch,
+            override_chart: false,
+            field_path: String::new(),
+            field_format: None,
+        }],
+        priority: 1000,
+        feed: feed.clone(),
+    }
+}
+
+fn desired_localization(
+    sub: &Subscription,
+    base: &Base,
+    name: &str,
+    owners: Option<Vec<OwnerReference>>,
+    spec: LocalizationSpec,
+) -> Localization {
+    let mut loc = Localization::new(name, spec);
+    loc.metadata = ObjectMeta {
+        name: Some(name.to_string()),
+        namespace: base.namespace(),
+        labels: Some(BTreeMap::from([
+            (
+                known::OBJECT_CREATED_BY_LABEL.to_string(),
+                known::CLUSTERNET_CONTROLLER_MANAGER_NAME.to_string(),
+            ),
+            (
+                sub.uid().unwrap_or_default(),
+                known::SUBSCRIPTION_KIND.to_string(),
+            ),
+        ])),
+        owner_references: owners,
+        ..Default::default()
+    };
+    loc
+}
+
+/// The dividing Localizations of `sub` in `ns`: from the cache, or from the API server while the
+/// cache may still miss one of this reconciler's own writes.
+async fn localizations_of(
+    ctx: &Ctx,
+    sub: &Subscription,
+    ns: &str,
+) -> Result<Vec<Localization>, kube::Error> {
+    let sub_uid = sub.uid().unwrap_or_default();
+    if ctx
+        .expectations
+        .settled(&localizations_group(&sub_uid, ns), &ctx.localizations)
+    {
+        return Ok(ctx
+            .localizations
+            .state()
+            .iter()
+            .filter(|l| {
+                let labels = l.labels();
+                l.namespace().as_deref() == Some(ns)
+                    && labels.get(&sub_uid).map(String::as_str) == Some(known::SUBSCRIPTION_KIND)
+                    && labels
+                        .get(known::OBJECT_CREATED_BY_LABEL)
+                        .map(String::as_str)
+                        == Some(known::CLUSTERNET_CONTROLLER_MANAGER_NAME)
+            })
+            .map(|l| (**l).clone())
+            .collect());
+    }
+    let api: Api<Localization> = Api::namespaced(ctx.rt.client.clone(), ns);
+    Ok(api
+        .list(&ListParams::default().labels(&format!(
+            "{sub_uid}={},{}={}",
+            known::SUBSCRIPTION_KIND,
+            known::OBJECT_CREATED_BY_LABEL,
+            known::CLUSTERNET_CONTROLLER_MANAGER_NAME
+        )))
+        .await?
+        .items)
+}
+
+/// Observes, plans and applies the dividing Localizations of one Base.
+async fn dividing_localizations(
+    ctx: &Ctx,
+    sub: &Subscription,
+    base: &Base,
+    index: usize,
+    inventory: Option<&FeedInventory>,
+) -> Result<(), SubscriptionError> {
+    let ns = base.namespace().unwrap_or_default();
+    let err = |what: &'static str| {
+        let sub = key(sub);
+        move |source| SubscriptionError::Api {
+            sub,
+            what: what.to_string(),
+            source,
         }
+    };
+    let existing = localizations_of(ctx, sub, &ns)
+        .await
+        .map_err(err("listing dividing Localizations"))?;
+    let changes = plan_localizations(sub, base, index, inventory, &existing, &mut |prefix| {
+        format!("{prefix}-{}", random_suffix(5))
+    })
+    .map_err(|message| SubscriptionError::Waiting {
+        sub: key(sub),
+        message,
+    })?;
+    let api: Api<Localization> = Api::namespaced(ctx.rt.client.clone(), &ns);
+    let group = localizations_group(&sub.uid().unwrap_or_default(), &ns);
+    for change in changes {
+        let (desired, before, what) = match change {
+            LocalizationChange::Create(d) => (d, None, "creating a dividing Localization"),
+            LocalizationChange::Update { before, desired } => {
+                (*desired, before, "updating a dividing Localization")
+            }
+            LocalizationChange::Delete(l) => {
+                match api.delete(&l.name_any(), &DeleteParams::default()).await {
+                    Ok(_) => ctx.expectations.deleted(
+                        &group,
+                        Some(&ns),
+                        &l.name_any(),
+                        l.resource_version(),
+                    ),
+                    Err(e) if api_code(&e) == Some(404) => {}
+                    Err(e) => return Err(err("deleting a dividing Localization")(e)),
+                }
+                continue;
+            }
+        };
+        let body = json!(desired);
+        apply::apply(&api, FIELD_MANAGER, &desired.name_any(), &body)
+            .await
+            .map_err(err(what))?;
+        ctx.expectations
+            .written(&group, Some(&ns), &desired.name_any(), before);
     }
     Ok(())
 }
@@ -626,6 +826,264 @@ mod tests {
             });
         }
         mc
+    }
+
+    fn subscription(strategy: &str, bound: &[&str]) -> Subscription {
+        serde_json::from_value(json!({
+            "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Subscription",
+            "metadata": {"name": "app", "namespace": "default", "uid": "s-1",
+                "annotations": {known::IS_DEFAULT_CLUSTER_INIT_ANNOTATION: "true", "unrelated": "x"}},
+            "spec": {"schedulingStrategy": strategy, "subscribers": [{"clusterAffinity": {}}],
+                "feeds": [{"apiVersion": "apps/v1", "kind": "Deployment", "namespace": "demo", "name": "web"}]},
+            "status": {"bindingClusters": bound,
+                "replicas": {"apps/v1/Deployment/demo/web": [2, 4]}}
+        }))
+        .expect("a Subscription")
+    }
+
+    fn namespaces(names: &[&str]) -> BTreeMap<String, BTreeMap<String, String>> {
+        names
+            .iter()
+            .map(|n| {
+                let labels =
+                    BTreeMap::from([(known::CLUSTER_ID_LABEL.to_string(), format!("id-{n}"))]);
+                (n.to_string(), labels)
+            })
+            .collect()
+    }
+
+    fn counter() -> impl FnMut(&str) -> String {
+        let mut n = 0;
+        move |prefix| {
+            n += 1;
+            format!("{prefix}-{n}")
+        }
+    }
+
+    fn plan(sub: &Subscription, existing: &[Base], clusters: &[Arc<ManagedCluster>]) -> BasesPlan {
+        let now = Timestamp::from_second(10_000).expect("time");
+        let ns = namespaces(&["clusternet-a", "clusternet-b"]);
+        plan_bases(
+            sub,
+            existing,
+            &ns,
+            clusters,
+            now,
+            Duration::from_secs(60),
+            &mut counter(),
+        )
+    }
+
+    /// The Base `plan_bases` would create, as the API server then holds it.
+    fn created(sub: &Subscription, ns: &str) -> Base {
+        let p = plan(sub, &[], &[]);
+        let b = p.bound.into_iter().find_map(|(_, c)| match c {
+            BaseChange::Create(b) if b.namespace().as_deref() == Some(ns) => Some(b),
+            _ => None,
+        });
+        let mut b = b.expect("a Base to create");
+        b.metadata.uid = Some(format!("uid-{ns}"));
+        b.metadata.resource_version = Some("1".into());
+        b
+    }
+
+    #[test]
+    fn every_bound_cluster_with_a_namespace_gets_one_base() {
+        let sub = subscription(
+            "Replication",
+            &["clusternet-a/a", "clusternet-b/b", "clusternet-c/c", "junk"],
+        );
+        let p = plan(&sub, &[], &[]);
+        // clusternet-c has no namespace (yet) and "junk" is no <namespace>/<name>
+        let made: Vec<(usize, String, String)> = p
+            .bound
+            .iter()
+            .map(|(i, c)| match c {
+                BaseChange::Create(b) => (*i, b.namespace().unwrap_or_default(), b.name_any()),
+                other => panic!("a create: {other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            made,
+            [
+                (0, "clusternet-a".into(), "app-1".into()),
+                (1, "clusternet-b".into(), "app-2".into())
+            ]
+        );
+        let BaseChange::Create(b) = &p.bound[0].1 else {
+            unreachable!()
+        };
+        assert_eq!(
+            b.labels().get(known::CLUSTER_ID_LABEL).map(String::as_str),
+            Some("id-clusternet-a")
+        );
+        assert_eq!(
+            b.labels()
+                .get(known::CONFIG_SUBSCRIPTION_UID_LABEL)
+                .map(String::as_str),
+            Some("s-1")
+        );
+        assert_eq!(b.finalizers(), [known::APP_FINALIZER]);
+        // only the default-cluster-init annotation is carried over
+        assert_eq!(
+            b.annotations().keys().collect::<Vec<_>>(),
+            [known::IS_DEFAULT_CLUSTER_INIT_ANNOTATION]
+        );
+        assert_eq!(b.spec.feeds, sub.spec.feeds);
+        // the apply body names the kind and has no status or server fields
+        let body = serde_json::to_value(b).expect("json");
+        assert_eq!(
+            (body["apiVersion"].as_str(), body["kind"].as_str()),
+            (Some("apps.clusternet.io/v1alpha1"), Some("Base"))
+        );
+        assert!(
+            body.get("status").is_none() && body["metadata"].get("resourceVersion").is_none(),
+            "{body}"
+        );
+        assert!(p.delete.is_empty());
+    }
+
+    #[test]
+    fn a_base_as_wanted_is_not_written_and_a_stale_one_is_updated_keeping_its_annotation() {
+        let sub = subscription("Replication", &["clusternet-a/a"]);
+        let mut b = created(&sub, "clusternet-a");
+        b.labels_mut()
+            .insert("someone-elses".into(), "label".into());
+        let p = plan(&sub, std::slice::from_ref(&b), &[]);
+        assert_eq!(p.bound, vec![(0, BaseChange::Unchanged(b.clone()))]);
+        // new feeds: an update of that Base; the annotation it was created with stays ours
+        let mut edited = sub.clone();
+        edited.spec.feeds[0].name = "api".into();
+        edited.metadata.annotations = None;
+        let p = plan(&edited, std::slice::from_ref(&b), &[]);
+        let [(0, BaseChange::Update { desired, .. })] = p.bound.as_slice() else {
+            panic!("an update: {:?}", p.bound);
+        };
+        assert_eq!(desired.name_any(), b.name_any());
+        assert_eq!(desired.spec.feeds[0].name, "api");
+        assert!(
+            desired
+                .annotations()
+                .contains_key(known::IS_DEFAULT_CLUSTER_INIT_ANNOTATION)
+        );
+        assert!(
+            !desired.labels().contains_key("someone-elses"),
+            "only what we own"
+        );
+        // our finalizer gone: update
+        let mut no_fin = b.clone();
+        no_fin.metadata.finalizers = None;
+        let p = plan(&sub, &[no_fin], &[]);
+        assert!(matches!(
+            p.bound.as_slice(),
+            [(0, BaseChange::Update { .. })]
+        ));
+    }
+
+    #[test]
+    fn the_newest_base_of_a_cluster_is_used_and_unbound_ones_follow_their_fate() {
+        let sub = subscription("Replication", &["clusternet-a/a"]);
+        let mut old = created(&sub, "clusternet-a");
+        old.metadata.name = Some("app-old".into());
+        old.metadata.creation_timestamp = Some(Time(Timestamp::from_second(1).expect("time")));
+        let mut new = old.clone();
+        new.metadata.name = Some("app-new".into());
+        new.metadata.creation_timestamp = Some(Time(Timestamp::from_second(2).expect("time")));
+        let p = plan(&sub, &[old.clone(), new.clone()], &[]);
+        assert_eq!(p.bound, vec![(0, BaseChange::Unchanged(new.clone()))]);
+        // the older one is not bound: its cluster is gone, so it goes
+        assert_eq!(p.delete, vec![old.clone()]);
+        // a Base of an unbound cluster that is not ready stays, looked at again after the grace
+        let unbound = subscription("Replication", &[]);
+        let mut mc = cluster(Some(("Unknown", 9_000)));
+        mc.metadata.namespace = Some("clusternet-a".into());
+        let p = plan(&unbound, &[new.clone()], &[Arc::new(mc)]);
+        assert!(p.bound.is_empty() && p.delete.is_empty());
+        assert_eq!(p.recheck, Duration::from_secs(60));
+        // one being deleted is left alone
+        let mut going = new;
+        going.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+        assert!(plan(&unbound, &[going], &[]).delete.is_empty());
+    }
+
+    fn inventory() -> FeedInventory {
+        serde_json::from_value(json!({
+            "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "FeedInventory",
+            "metadata": {"name": "app", "namespace": "default"},
+            "spec": {"feeds": [
+                {"apiVersion": "apps/v1", "kind": "Deployment", "namespace": "demo", "name": "web",
+                 "desiredReplicas": 6, "replicaJsonPath": "/spec/replicas"}]}
+        }))
+        .expect("a FeedInventory")
+    }
+
+    #[test]
+    fn a_dividing_base_gets_its_share_as_a_localization() {
+        let sub = subscription("Dividing", &["clusternet-a/a", "clusternet-b/b"]);
+        let base = created(&sub, "clusternet-b");
+        let inv = inventory();
+        assert!(plan_localizations(&sub, &base, 1, None, &[], &mut counter()).is_err());
+        let changes =
+            plan_localizations(&sub, &base, 1, Some(&inv), &[], &mut counter()).expect("a plan");
+        let [LocalizationChange::Create(loc)] = changes.as_slice() else {
+            panic!("one create: {changes:?}");
+        };
+        assert_eq!(loc.namespace().as_deref(), Some("clusternet-b"));
+        assert_eq!(loc.spec.priority, 1000);
+        assert!(
+            loc.spec.overrides[0].value.contains("\"value\":4"),
+            "{:?}",
+            loc.spec.overrides
+        );
+        assert_eq!(
+            loc.labels().get("s-1").map(String::as_str),
+            Some(known::SUBSCRIPTION_KIND)
+        );
+        assert_eq!(
+            loc.metadata
+                .owner_references
+                .as_ref()
+                .map(|o| o[0].uid.as_str()),
+            Some("uid-clusternet-b")
+        );
+        // in place: nothing to write; another share: an update that keeps the owner
+        let mut current = loc.clone();
+        current.metadata.owner_references = None;
+        let none = plan_localizations(
+            &sub,
+            &base,
+            1,
+            Some(&inv),
+            std::slice::from_ref(&current),
+            &mut counter(),
+        );
+        assert_eq!(none, Ok(vec![]));
+        let changes = plan_localizations(
+            &sub,
+            &base,
+            0,
+            Some(&inv),
+            std::slice::from_ref(&current),
+            &mut counter(),
+        )
+        .expect("a plan");
+        let [LocalizationChange::Update { desired, .. }] = changes.as_slice() else {
+            panic!("one update: {changes:?}");
+        };
+        assert!(desired.spec.overrides[0].value.contains("\"value\":2"));
+        assert_eq!(desired.name_any(), current.name_any());
+        assert_eq!(desired.metadata.owner_references, None);
+        // no longer Dividing: it goes
+        let replicated = subscription("Replication", &["clusternet-a/a"]);
+        let changes = plan_localizations(
+            &replicated,
+            &base,
+            0,
+            None,
+            std::slice::from_ref(&current),
+            &mut counter(),
+        );
+        assert_eq!(changes, Ok(vec![LocalizationChange::Delete(current)]));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! leader election, the controller runtime, events, health/metrics serving and shutdown. Every
 //! role gets the same [`Runtime`].
 
+pub mod apply;
 pub mod cache;
 pub mod child;
 pub mod controller;

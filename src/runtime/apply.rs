@@ -1,0 +1,99 @@
+//! Server-side apply of the pipeline's own objects (Bases, Descriptions, Localizations and the
+//! status the controllers report). A body names apiVersion/kind and carries only the fields its
+//! field manager owns; applies are forced because these objects are ours (design.md §2), so a
+//! stale cache never turns into a 409 to retry by hand. Callers decide beforehand whether a write
+//! is needed at all (the planners compare what they own against the cache), so an unchanged object
+//! costs no request.
+
+use kube::Resource;
+use kube::api::{Api, Patch, PatchParams};
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value, json};
+
+/// The skeleton of an apply body: apiVersion, kind and `metadata` (name, namespace when given, and
+/// the owned `extra` metadata fields such as labels or finalizers).
+pub fn body<K>(name: &str, namespace: Option<&str>, extra: Map<String, Value>) -> Value
+where
+    K: Resource<DynamicType = ()>,
+{
+    let mut meta = Map::new();
+    meta.insert("name".into(), json!(name));
+    if let Some(ns) = namespace {
+        meta.insert("namespace".into(), json!(ns));
+    }
+    meta.extend(extra);
+    json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "metadata": meta,
+    })
+}
+
+/// Applies `body` to the object `name` under `manager`, taking over the fields it names.
+pub async fn apply<K>(api: &Api<K>, manager: &str, name: &str, body: &Value) -> kube::Result<K>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    api.patch(
+        name,
+        &PatchParams::apply(manager).force(),
+        &Patch::Apply(body),
+    )
+    .await
+}
+
+/// Applies `body` (which carries `status` only) to the status subresource of `name`.
+pub async fn apply_status<K>(
+    api: &Api<K>,
+    manager: &str,
+    name: &str,
+    body: &Value,
+) -> kube::Result<K>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    api.patch_status(
+        name,
+        &PatchParams::apply(manager).force(),
+        &Patch::Apply(body),
+    )
+    .await
+}
+
+/// The status body of `obj`: apiVersion, kind, name, namespace and `status`.
+pub fn status_body<K>(obj: &K, status: Value) -> Value
+where
+    K: Resource<DynamicType = ()>,
+{
+    let meta = obj.meta();
+    let mut b = body::<K>(
+        meta.name.as_deref().unwrap_or_default(),
+        meta.namespace.as_deref(),
+        Map::new(),
+    );
+    b["status"] = status;
+    b
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apis::Base;
+
+    #[test]
+    fn bodies_name_the_kind_and_only_what_is_given() {
+        let b = body::<Base>(
+            "b",
+            Some("ns"),
+            Map::from_iter([("labels".to_string(), json!({"a": "1"}))]),
+        );
+        assert_eq!(
+            b,
+            json!({"apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Base",
+                "metadata": {"name": "b", "namespace": "ns", "labels": {"a": "1"}}})
+        );
+        let s = status_body(&Base::new("b", Default::default()), json!({"x": 1}));
+        assert_eq!(s["status"], json!({"x": 1}));
+        assert!(s["metadata"].get("resourceVersion").is_none());
+    }
+}
