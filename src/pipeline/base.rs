@@ -510,17 +510,21 @@ async fn apply_descriptions(
     for change in changes {
         match change {
             DescriptionChange::Create { name, body } => {
-                apply::apply(&descs, FIELD_MANAGER, &name, &body)
+                let written = apply::apply(&descs, FIELD_MANAGER, &name, &body)
                     .await
                     .map_err(fail("creating the Description"))?;
+                // a Push deployer in this process applies it without waiting for the watch
+                ctx.rt.cache.watch::<Description>().observe_write(written);
                 info!(base = %key, description = %name, "DescriptionCreated");
                 let message = format!("Description {ns}/{name} is created successfully");
                 ctx.events.normal(base, "DescriptionCreated", &message);
             }
             DescriptionChange::Update { name, body } => {
-                apply::apply(&descs, FIELD_MANAGER, &name, &body)
+                let written = apply::apply(&descs, FIELD_MANAGER, &name, &body)
                     .await
                     .map_err(fail("updating the Description"))?;
+                // a Push deployer in this process applies it without waiting for the watch
+                ctx.rt.cache.watch::<Description>().observe_write(written);
                 info!(base = %key, description = %name, "DescriptionUpdated");
                 let message = format!("Description {ns}/{name} is updated successfully");
                 ctx.events.normal(base, "DescriptionUpdated", &message);

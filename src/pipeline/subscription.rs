@@ -443,6 +443,8 @@ async fn apply_base(
         })?;
     ctx.expectations
         .written(&bases_group(&uid), Some(&ns), &b.name_any(), before);
+    // the Base controller in this process renders it without waiting for the watch
+    ctx.rt.cache.watch::<Base>().observe_write(b.clone());
     let base = format!("{ns}/{}", b.name_any());
     info!(subscription = %key(sub), base = %base, "Base{verb}");
     let message = format!("Base {base} is {} successfully", verb.to_lowercase());
