@@ -1,6 +1,7 @@
-//! Small helpers kube does not have: resource quantities, label strings, random name suffixes,
-//! strategic merge patches, and the metadata of Kubernetes protobuf bodies.
+//! Small helpers kube does not have: resource quantities, label strings, label selectors, random
+//! name suffixes, strategic merge patches, and the metadata of Kubernetes protobuf bodies.
 
+pub mod labels;
 pub mod protobuf;
 pub mod quantity;
 pub mod strategic_merge;

@@ -33,12 +33,12 @@ use std::borrow::Borrow;
 use std::collections::BTreeMap;
 
 use json_patch::{PatchErrorKind, PatchOperation};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::ResourceExt;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::apis::{Feed, FieldFormat, Globalization, Localization, OverrideConfig, OverrideType};
+use crate::kube_ext::labels::Selector;
 
 /// Upstream's limit on operations in one JSON patch (`maxJSONPatchOperations`).
 pub const MAX_JSON_PATCH_OPERATIONS: usize = 10_000;
@@ -180,12 +180,12 @@ where
             continue;
         }
         if let Some(affinity) = &glob.spec.cluster_affinity {
-            let selector = match Selector::compile(affinity) {
+            let selector = match Selector::from_label_selector_unvalidated(affinity) {
                 Ok(selector) => selector,
                 Err(reason) => {
                     let err = OverrideError::ClusterAffinity {
                         name: glob.name_any(),
-                        reason,
+                        reason: reason.to_string(),
                     };
                     if strict {
                         return Err(err);
@@ -246,69 +246,6 @@ fn feed_matches(spec_feed: &Feed, object: &Feed) -> bool {
         && spec_feed.kind == object.kind
         && spec_feed.name == object.name
         && (spec_feed.namespace.is_empty() || spec_feed.namespace == object.namespace)
-}
-
-/// A compiled `metav1.LabelSelector` with apimachinery's semantics: an empty selector matches
-/// everything, `NotIn`/`DoesNotExist` match label sets lacking the key, and operators are the four
-/// case-sensitive names. Kept local because only clusterAffinity needs it here.
-struct Selector(Vec<(String, SelectorOp, Vec<String>)>);
-
-#[derive(Clone, Copy)]
-enum SelectorOp {
-    In,
-    NotIn,
-    Exists,
-    DoesNotExist,
-}
-
-impl Selector {
-    fn compile(selector: &LabelSelector) -> Result<Self, String> {
-        let mut requirements: Vec<(String, SelectorOp, Vec<String>)> = selector
-            .match_labels
-            .iter()
-            .flatten()
-            .map(|(k, v)| (k.clone(), SelectorOp::In, vec![v.clone()]))
-            .collect();
-        for expr in selector.match_expressions.iter().flatten() {
-            let op = match expr.operator.as_str() {
-                "In" => SelectorOp::In,
-                "NotIn" => SelectorOp::NotIn,
-                "Exists" => SelectorOp::Exists,
-                "DoesNotExist" => SelectorOp::DoesNotExist,
-                other => return Err(format!("{other:?} is not a valid label selector operator")),
-            };
-            let values = expr.values.clone().unwrap_or_default();
-            match op {
-                SelectorOp::In | SelectorOp::NotIn if values.is_empty() => {
-                    return Err(format!(
-                        "key {:?}: for 'in', 'notin' operators, values set can't be empty",
-                        expr.key
-                    ));
-                }
-                SelectorOp::Exists | SelectorOp::DoesNotExist if !values.is_empty() => {
-                    return Err(format!(
-                        "key {:?}: values set must be empty for exists and does not exist",
-                        expr.key
-                    ));
-                }
-                _ => {}
-            }
-            requirements.push((expr.key.clone(), op, values));
-        }
-        Ok(Self(requirements))
-    }
-
-    fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        self.0.iter().all(|(key, op, values)| {
-            let value = labels.get(key);
-            match op {
-                SelectorOp::In => value.is_some_and(|v| values.contains(v)),
-                SelectorOp::NotIn => value.is_none_or(|v| !values.contains(v)),
-                SelectorOp::Exists => value.is_some(),
-                SelectorOp::DoesNotExist => value.is_none(),
-            }
-        })
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -906,6 +843,7 @@ fn json_type(value: &Value) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
     use serde::Deserialize;
     use serde_json::json;
 

@@ -18,12 +18,13 @@ use tracing::{debug, error, info, warn};
 use super::framework::{BindOutcome, CycleState, TargetClusters};
 use super::predictor_client::{self, PredictorRoute};
 use super::queue::SchedulingQueue;
-use super::{FilterOffset, PredictorClient, Profiles, Registry, binder, labels};
+use super::{FilterOffset, PredictorClient, Profiles, Registry, binder};
 use crate::apis::known;
 use crate::apis::{
     FeedInventory, ManagedCluster, ReplicaRequirements, SchedulingStrategy, Subscription,
     SubscriptionStatus,
 };
+use crate::kube_ext::labels;
 use crate::runtime::events::Events;
 use crate::runtime::{Runtime, api_code};
 
@@ -59,10 +60,10 @@ fn sub_key(sub: &Subscription) -> String {
 }
 
 fn affinity_matches(sub: &Subscription, cluster_labels: &BTreeMap<String, String>) -> bool {
-    sub.spec
-        .subscribers
-        .iter()
-        .any(|s| labels::matches(&s.cluster_affinity, cluster_labels).unwrap_or(false))
+    labels::any_matches(
+        sub.spec.subscribers.iter().map(|s| &s.cluster_affinity),
+        cluster_labels,
+    )
 }
 
 fn ready(mc: &ManagedCluster) -> bool {
