@@ -5,6 +5,7 @@ pub mod labels;
 pub mod protobuf;
 pub mod quantity;
 pub mod strategic_merge;
+pub mod yaml;
 
 use std::collections::BTreeMap;
 

@@ -39,6 +39,7 @@ use serde_json::{Map, Value};
 
 use crate::apis::{Feed, FieldFormat, Globalization, Localization, OverrideConfig, OverrideType};
 use crate::kube_ext::labels::Selector;
+use crate::kube_ext::yaml;
 
 /// Upstream's limit on operations in one JSON patch (`maxJSONPatchOperations`).
 pub const MAX_JSON_PATCH_OPERATIONS: usize = 10_000;
@@ -497,58 +498,11 @@ fn parse_value(text: &str) -> Result<Value, String> {
     if let Ok(value) = serde_json::from_str(text) {
         return Ok(value);
     }
-    yaml_to_json_value(text)
-}
-
-fn yaml_to_json_value(text: &str) -> Result<Value, String> {
-    let mut yaml: serde_yaml::Value = serde_yaml::from_str(text).map_err(|e| e.to_string())?;
-    yaml.apply_merge().map_err(|e| e.to_string())?;
-    yaml_to_json(yaml)
-}
-
-fn yaml_to_json(yaml: serde_yaml::Value) -> Result<Value, String> {
-    Ok(match yaml {
-        serde_yaml::Value::Null => Value::Null,
-        serde_yaml::Value::Bool(b) => Value::Bool(b),
-        serde_yaml::Value::Number(n) => {
-            if let Some(i) = n.as_i64() {
-                Value::from(i)
-            } else if let Some(u) = n.as_u64() {
-                Value::from(u)
-            } else {
-                let f = n.as_f64().unwrap_or(f64::NAN);
-                serde_json::Number::from_f64(f)
-                    .map(Value::Number)
-                    .ok_or_else(|| format!("{n} cannot be represented in JSON"))?
-            }
-        }
-        serde_yaml::Value::String(s) => Value::String(s),
-        serde_yaml::Value::Sequence(items) => Value::Array(
-            items
-                .into_iter()
-                .map(yaml_to_json)
-                .collect::<Result<_, _>>()?,
-        ),
-        serde_yaml::Value::Mapping(mapping) => {
-            let mut object = Map::new();
-            for (key, value) in mapping {
-                // YAML allows non-string keys; like sigs.k8s.io/yaml, scalars become their text.
-                let key = match key {
-                    serde_yaml::Value::String(s) => s,
-                    serde_yaml::Value::Number(n) => n.to_string(),
-                    serde_yaml::Value::Bool(b) => b.to_string(),
-                    other => return Err(format!("unsupported map key {other:?}")),
-                };
-                object.insert(key, yaml_to_json(value)?);
-            }
-            Value::Object(object)
-        }
-        serde_yaml::Value::Tagged(tagged) => yaml_to_json(tagged.value)?,
-    })
+    yaml::to_json(text).map_err(|e| e.to_string())
 }
 
 fn json_to_yaml(value: &Value) -> Result<String, String> {
-    serde_yaml::to_string(value).map_err(|e| format!("cannot write the result as YAML: {e}"))
+    yaml::to_string(value).map_err(|e| format!("cannot write the result as YAML: {e}"))
 }
 
 // --- Helm ---
@@ -757,7 +711,7 @@ fn field_patch(doc: &mut Value, rule: &OverrideConfig, patch: Value) -> Result<(
             }
         }
         Some(FieldFormat::Yaml) => {
-            let mut embedded = yaml_to_json_value(current)
+            let mut embedded = yaml::to_json(current)
                 .map_err(|e| format!("fieldPath {:?} does not hold YAML: {e}", rule.field_path))?;
             if merge {
                 merge_patch(&mut embedded, &patch)?;
@@ -844,7 +798,6 @@ fn json_type(value: &Value) -> &'static str {
 mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-    use serde::Deserialize;
     use serde_json::json;
 
     const MANIFEST_UID: &str = "5b4c1e0e-2f7a-4a1b-9c1d-0a6c5d2e9f10";
@@ -946,9 +899,7 @@ spec:
       value: '[{{"path": "/spec/replicas", "value": 1, "op": "replace"}}]'
 "#
         );
-        serde_yaml::Deserializer::from_str(&yaml)
-            .map(|doc| Localization::deserialize(doc).expect("Localization"))
-            .collect()
+        yaml::from_str_documents(&yaml).expect("Localization")
     }
 
     /// Upstream `examples/replication-scheduling/globalization.yaml` (my-nginx), with the
@@ -981,7 +932,7 @@ spec:
       value: '{{"metadata":{{"labels":{{"another-label":null,"some-other-label":null}}}}}}'
 "#
         );
-        serde_yaml::from_str(&yaml).expect("Globalization")
+        yaml::from_str(&yaml).expect("Globalization")
     }
 
     fn cluster(name: &str) -> BTreeMap<String, String> {
