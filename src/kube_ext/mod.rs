@@ -1,7 +1,9 @@
 //! Small helpers kube does not have: resource quantities, label strings, label selectors, random
-//! name suffixes, strategic merge patches, and the metadata of Kubernetes protobuf bodies.
+//! name suffixes, untyped object references, strategic merge patches, YAML I/O, and the metadata of
+//! Kubernetes protobuf bodies.
 
 pub mod labels;
+pub mod object_ref;
 pub mod protobuf;
 pub mod quantity;
 pub mod strategic_merge;
