@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::apis::known;
 use crate::cli::RunFlags;
+use crate::kube_ext::yaml::{self, YamlError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -422,8 +423,8 @@ impl Config {
             .unwrap_or(role.default_lease_name())
     }
 
-    pub fn to_yaml(&self) -> Result<String, serde_yaml::Error> {
-        serde_yaml::to_string(self)
+    pub fn to_yaml(&self) -> Result<String, YamlError> {
+        yaml::to_string(self)
     }
 }
 

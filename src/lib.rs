@@ -156,7 +156,7 @@ fn version_text(output: &str) -> String {
     });
     match output {
         "json" => format!("{info}\n"),
-        "yaml" => serde_yaml::to_string(&info).unwrap_or_default(),
+        "yaml" => kube_ext::yaml::to_string(&info).unwrap_or_default(),
         _ => format!("clusternet version: v{VERSION}\n"),
     }
 }

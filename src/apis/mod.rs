@@ -39,6 +39,8 @@ use std::path::Path;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use thiserror::Error;
 
+use crate::kube_ext::yaml::{self, YamlError};
+
 pub use apps::{
     AggregatedStatus, Base, BaseSpec, CONDITION_FEEDS_RESOLVED, ChartPullSecret, ChartReference,
     Description, DescriptionDeployer, DescriptionPhase, DescriptionSpec, DescriptionStatus,
@@ -73,9 +75,9 @@ pub enum ApisError {
     Yaml {
         /// The CRD's name.
         name: String,
-        /// What serde_yaml reported.
+        /// What the YAML writer reported.
         #[source]
-        source: serde_yaml::Error,
+        source: YamlError,
     },
 }
 
@@ -132,7 +134,7 @@ pub fn crd_files() -> Result<Vec<(String, String)>, ApisError> {
     let mut files = crds()
         .into_iter()
         .map(|crd| {
-            let yaml = serde_yaml::to_string(&crd).map_err(|source| ApisError::Yaml {
+            let yaml = yaml::to_string(&crd).map_err(|source| ApisError::Yaml {
                 name: crd.metadata.name.clone().unwrap_or_default(),
                 source,
             })?;
@@ -187,10 +189,12 @@ pub(crate) mod test_support {
     use serde::de::DeserializeOwned;
     use serde_json::Value;
 
+    use crate::kube_ext::yaml;
+
     /// Parses an example, deserializes it into `T`, serializes it back and checks nothing was lost,
     /// added or changed. Returns the typed object.
     pub(crate) fn assert_round_trip<T: DeserializeOwned + Serialize>(yaml: &str) -> T {
-        let original: Value = serde_yaml::from_str(yaml).expect("example is YAML");
+        let original: Value = yaml::from_str(yaml).expect("example is YAML");
         let typed: T = serde_json::from_value(original.clone())
             .expect("example deserializes into the typed struct");
         let back = serde_json::to_value(&typed).expect("typed struct serializes");
@@ -289,9 +293,8 @@ mod tests {
     fn crd_yaml_is_stable_and_parses_back() {
         let first = crds_yaml().expect("renders");
         assert_eq!(first, crds_yaml().expect("renders"));
-        let docs: Vec<CustomResourceDefinition> = serde_yaml::Deserializer::from_str(&first)
-            .map(|doc| serde::Deserialize::deserialize(doc).expect("each document is a CRD"))
-            .collect();
+        let docs: Vec<CustomResourceDefinition> =
+            yaml::from_str_documents(&first).expect("each document is a CRD");
         assert_eq!(docs, crds());
     }
 

@@ -19,6 +19,7 @@ use tokio::sync::Mutex;
 
 use crate::apis::known;
 use crate::apis::{Description, Feed, ManifestStatus};
+use crate::kube_ext::object_ref::ObjectRef;
 use crate::runtime::api_code;
 
 /// Field managers of the child's own controllers whose fields we never take over (an HPA owns
@@ -31,47 +32,13 @@ const YIELD_TO: &[&str] = &[
     "keda-operator",
 ];
 
-#[derive(Debug, Clone, PartialEq)]
-pub struct ObjectRef {
-    pub api_version: String,
-    pub kind: String,
-    pub namespace: String,
-    pub name: String,
-}
-
-impl ObjectRef {
-    pub fn of(v: &Value) -> Option<ObjectRef> {
-        Some(ObjectRef {
-            api_version: v.get("apiVersion")?.as_str()?.to_string(),
-            kind: v.get("kind")?.as_str()?.to_string(),
-            namespace: v
-                .pointer("/metadata/namespace")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string(),
-            name: v.pointer("/metadata/name")?.as_str()?.to_string(),
-        })
-    }
-
-    fn of_status(s: &ManifestStatus) -> ObjectRef {
-        ObjectRef {
-            api_version: s.feed.api_version.clone(),
-            kind: s.feed.kind.clone(),
-            namespace: s.feed.namespace.clone(),
-            name: s.feed.name.clone(),
-        }
-    }
-
-    fn same_object(&self, other: &ObjectRef) -> bool {
-        self.kind == other.kind && self.namespace == other.namespace && self.name == other.name
-    }
-
-    pub fn display(&self) -> String {
-        if self.namespace.is_empty() {
-            format!("{} {}", self.kind, self.name)
-        } else {
-            format!("{} {}/{}", self.kind, self.namespace, self.name)
-        }
+/// The reference of a Manifest status entry (what was deployed before).
+fn ref_of_status(s: &ManifestStatus) -> ObjectRef {
+    ObjectRef {
+        api_version: s.feed.api_version.clone(),
+        kind: s.feed.kind.clone(),
+        namespace: s.feed.namespace.clone(),
+        name: s.feed.name.clone(),
     }
 }
 
@@ -370,7 +337,7 @@ impl ChildCluster {
         }
         // prune what this Description applied before and no longer holds
         for old in previous {
-            let r = ObjectRef::of_status(old);
+            let r = ref_of_status(old);
             if objects.iter().any(|(o, _)| o.same_object(&r)) {
                 continue;
             }
@@ -444,7 +411,7 @@ impl ChildCluster {
             .filter_map(|v| ObjectRef::of(&v))
             .collect();
         for s in desc.status.iter().flat_map(|s| s.manifest_statuses.iter()) {
-            let r = ObjectRef::of_status(s);
+            let r = ref_of_status(s);
             if !refs.iter().any(|x| x.same_object(&r)) {
                 refs.push(r);
             }

@@ -1,10 +1,14 @@
-//! Small helpers kube does not have: resource quantities, label strings, random name suffixes,
-//! strategic and JSON merge patches, and the metadata of Kubernetes protobuf bodies.
+//! Small helpers kube does not have: resource quantities, label strings, label selectors, random
+//! name suffixes, untyped object references, strategic and JSON merge patches, YAML I/O, and the
+//! metadata of Kubernetes protobuf bodies.
 
+pub mod labels;
 pub mod merge_patch;
+pub mod object_ref;
 pub mod protobuf;
 pub mod quantity;
 pub mod strategic_merge;
+pub mod yaml;
 
 use std::collections::BTreeMap;
 

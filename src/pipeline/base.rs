@@ -293,7 +293,7 @@ pub fn render_feeds(
 }
 
 fn same_object(a: &Value, b: &Value) -> bool {
-    use crate::deployer::generic::ObjectRef;
+    use crate::kube_ext::object_ref::ObjectRef;
     matches!((ObjectRef::of(a), ObjectRef::of(b)),
         (Some(a), Some(b)) if a.kind == b.kind && a.name == b.name && a.namespace == b.namespace)
 }

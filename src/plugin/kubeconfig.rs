@@ -17,6 +17,7 @@ use kube::config::{
 };
 use secrecy::{ExposeSecret, SecretString};
 
+use crate::kube_ext::yaml::{self, YamlError};
 use crate::plugin::args::{ConfigFlags, OwnFlags};
 
 /// The user the caller impersonates in child mode; the hub only honours the `Clusternet-*` extras
@@ -60,7 +61,7 @@ pub enum KubeconfigError {
     #[error("cannot write the temporary kubeconfig: {0}")]
     Temp(#[source] std::io::Error),
     #[error("cannot render the temporary kubeconfig: {0}")]
-    Render(#[from] serde_yaml::Error),
+    Render(#[from] YamlError),
 }
 
 /// The parent connection after kubeconfig selection and flag overrides.
@@ -420,7 +421,7 @@ fn single_context(cluster: Cluster, auth: AuthInfo, namespace: Option<String>) -
 
 /// Serializes a kubeconfig as YAML.
 pub fn render(config: &Kubeconfig) -> Result<String, KubeconfigError> {
-    Ok(serde_yaml::to_string(config)?)
+    Ok(yaml::to_string(config)?)
 }
 
 /// A private (0700) temporary directory, removed with everything in it when dropped. It holds the

@@ -15,10 +15,10 @@ use std::time::Instant;
 use crate::apis::{
     FeedInventory, ManagedCluster, ReplicaDividingType, SchedulingStrategy, Subscription,
 };
+use crate::kube_ext::labels::{LabelSelectorError, Selector};
 use crate::scheduler::framework::{
     ClusterScore, Code, CycleState, Framework, PluginFailure, Status, TargetClusters, cluster_key,
 };
-use crate::scheduler::labels::{LabelSelectorError, Selector};
 
 /// At least this many feasible clusters are looked for (Go's `minFeasibleClustersToFind`).
 const MIN_FEASIBLE_CLUSTERS_TO_FIND: usize = 100;

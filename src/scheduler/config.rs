@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use super::framework::{Framework, FrameworkOptions, Registry};
 use super::plugins::names;
 use crate::apis::Subscription;
+use crate::kube_ext::yaml::{self, YamlError};
 
 /// Profile name used when a single profile has none, and the Subscription default.
 pub const DEFAULT_SCHEDULER_NAME: &str = "default";
@@ -34,7 +35,7 @@ pub const DEFAULT_PERCENTAGE_OF_CLUSTERS_TO_TOLERATE: i32 = 10;
 pub enum ConfigError {
     /// The file is not valid YAML for this schema.
     #[error("parsing scheduler configuration: {0}")]
-    Parse(#[from] serde_yaml::Error),
+    Parse(#[from] YamlError),
     /// One or more validation problems, each prefixed with its field path.
     #[error("invalid scheduler configuration: {}", .0.join("; "))]
     Invalid(Vec<String>),
@@ -285,7 +286,7 @@ impl SchedulerConfiguration {
         let mut config: SchedulerConfiguration = if text.trim().is_empty() {
             Self::default()
         } else {
-            serde_yaml::from_str::<Option<SchedulerConfiguration>>(text)?.unwrap_or_default()
+            yaml::from_str::<Option<SchedulerConfiguration>>(text)?.unwrap_or_default()
         };
         config.set_defaults();
         Ok(config)
@@ -561,7 +562,7 @@ percentageofclusterstotolerate: 10
     fn merge_like_kube_scheduler() {
         let defaults = Plugins::defaults();
         // Disable all assign defaults, then enable in a new order.
-        let custom: Plugins = serde_yaml::from_str(
+        let custom: Plugins = yaml::from_str(
             "assign: {disabled: [{name: '*'}], enabled: [{name: DynamicAssigner}, {name: StaticAssigner}]}\n\
              score: {enabled: [{name: TaintToleration, weight: 5}, {name: Extra, weight: 1}]}\n\
              filter: {disabled: [{name: TaintToleration}]}\n\

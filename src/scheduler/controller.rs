@@ -19,12 +19,13 @@ use tracing::{debug, error, info, warn};
 use super::framework::{BindOutcome, CycleState, PluginFailure, TargetClusters};
 use super::predictor_client::{self, PredictorRoute};
 use super::queue::SchedulingQueue;
-use super::{FilterOffset, PredictorClient, Profiles, Registry, binder, labels};
+use super::{FilterOffset, PredictorClient, Profiles, Registry, binder};
 use crate::apis::known;
 use crate::apis::{
     FeedInventory, ManagedCluster, ReplicaRequirements, SchedulingStrategy, Subscription,
     SubscriptionStatus,
 };
+use crate::kube_ext::labels;
 use crate::kube_ext::merge_patch;
 use crate::runtime::cache::Shared;
 use crate::runtime::events::Events;
@@ -62,10 +63,10 @@ fn sub_key(sub: &Subscription) -> String {
 }
 
 fn affinity_matches(sub: &Subscription, cluster_labels: &BTreeMap<String, String>) -> bool {
-    sub.spec
-        .subscribers
-        .iter()
-        .any(|s| labels::matches(&s.cluster_affinity, cluster_labels).unwrap_or(false))
+    labels::any_matches(
+        sub.spec.subscribers.iter().map(|s| &s.cluster_affinity),
+        cluster_labels,
+    )
 }
 
 fn ready(mc: &ManagedCluster) -> bool {

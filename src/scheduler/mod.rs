@@ -40,7 +40,7 @@
 //! Modules: [`config`] (configuration file, defaulting, validation, [`Profiles`]),
 //! [`framework`] (extension-point traits, [`Registry`], [`Framework`], [`CycleState`]),
 //! [`plugins`] (the in-tree plugins and [`PredictorClient`]), [`algorithm`] ([`schedule`]),
-//! [`binder`] (admission gate, binding status, event texts), [`labels`] (label selectors).
+//! [`binder`] (admission gate, binding status, event texts).
 //!
 //! Out-of-tree plugins: implement [`framework::Plugin`] plus the extension-point traits (see the
 //! example on [`framework::Plugin`]), [`Registry::register`] a constructor, and enable the name
@@ -51,7 +51,6 @@ pub mod binder;
 pub mod config;
 pub mod controller;
 pub mod framework;
-pub mod labels;
 pub mod plugins;
 pub mod predictor_client;
 pub mod queue;

@@ -21,6 +21,7 @@ use super::{ShadowApi, ShadowRequest, Target, query_map};
 use crate::apis::Manifest;
 use crate::hub::body::{HubBody, boxed};
 use crate::hub::status::{ApiError, success_status};
+use crate::kube_ext::yaml;
 
 use model::{CLUSTERNET_HUB_NAME as CREATED_BY_HUB, CREATED_BY_LABEL, SKIP_VALIDATING_ANNOTATION};
 
@@ -187,7 +188,7 @@ pub fn decode_object(headers: &HeaderMap, body: &Bytes) -> Result<Value, ApiErro
         .and_then(|v| v.to_str().ok())
         .unwrap_or("application/json");
     let v: Value = if ct.contains("yaml") {
-        serde_yaml::from_slice(body)
+        yaml::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("the body is not valid YAML: {e}")))?
     } else if ct.contains("json") || ct.starts_with("*/*") {
         serde_json::from_slice(body)
@@ -867,7 +868,7 @@ async fn patch(
     if ct == "application/apply-patch+yaml" || ct == "application/apply-patch+cbor" {
         // server-side apply: the template is the whole desired state, so the applied
         // configuration replaces it (field ownership is not tracked for templates)
-        let mut applied: Value = serde_yaml::from_slice(&req.body).map_err(|e| {
+        let mut applied: Value = yaml::from_slice(&req.body).map_err(|e| {
             ApiError::bad_request(format!("the apply patch is not valid YAML: {e}"))
         })?;
         if !applied.is_object() {

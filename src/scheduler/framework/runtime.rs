@@ -14,7 +14,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
+use std::future::{Future, ready};
+use std::ops::ControlFlow;
+
+use futures::{FutureExt, StreamExt};
 
 use super::{
     AssignPlugin, BindOutcome, BindPlugin, ClusterScore, Code, CycleState, ExtensionPoint,
@@ -295,6 +298,91 @@ impl Framework {
         .record(start.elapsed().as_secs_f64());
     }
 
+    /// The loop every extension point shares: time the point, run [`run_plugins`], record the
+    /// point's duration under the code of its result (`code` reads it).
+    async fn run_point<R>(
+        &self,
+        point: ExtensionPoint,
+        plugins: impl Future<Output = R>,
+        code: impl FnOnce(&R) -> Code,
+    ) -> R {
+        let start = Instant::now();
+        let result = plugins.await;
+        self.observe_point(point, code(&result), start);
+        result
+    }
+
+    /// [`Self::run_point`] for the points whose plugins must all succeed: the first failure stops
+    /// the point and names its plugin.
+    async fn run_all_pass<'p, P: Plugin + ?Sized, F>(
+        &self,
+        point: ExtensionPoint,
+        plugins: &'p [Arc<P>],
+        call: impl FnMut(&'p P) -> F,
+    ) -> Result<(), PluginFailure>
+    where
+        F: Future<Output = Result<(), Status>>,
+    {
+        let all = run_plugins(
+            point,
+            plugins,
+            Ok(()),
+            call,
+            |result, pl, outcome| match outcome {
+                Ok(()) => ControlFlow::Continue(()),
+                Err(status) => {
+                    *result = Err(PluginFailure::new(point, pl.name(), status));
+                    ControlFlow::Break(())
+                }
+            },
+        );
+        self.run_point(point, all, code_of).await
+    }
+
+    /// [`Self::run_point`] for the points where the first plugin not returning `Skip` decides
+    /// (assign, bind); if none decides, the failure has no plugin and the last `Skip` status.
+    async fn run_first_decisive<'p, P: Plugin + ?Sized, T, F>(
+        &self,
+        point: ExtensionPoint,
+        plugins: &'p [Arc<P>],
+        no_plugin: Status,
+        call: impl FnMut(&'p P) -> F,
+    ) -> Result<T, PluginFailure>
+    where
+        F: Future<Output = Result<T, Status>>,
+    {
+        let skipped = Err(PluginFailure {
+            point,
+            plugin: None,
+            status: no_plugin,
+        });
+        let first = run_plugins(
+            point,
+            plugins,
+            skipped,
+            call,
+            |result, pl, outcome| match outcome {
+                Ok(done) => {
+                    *result = Ok(done);
+                    ControlFlow::Break(())
+                }
+                Err(status) if status.code() == Code::Skip => {
+                    *result = Err(PluginFailure {
+                        point,
+                        plugin: None,
+                        status,
+                    });
+                    ControlFlow::Continue(())
+                }
+                Err(status) => {
+                    *result = Err(PluginFailure::new(point, pl.name(), status));
+                    ControlFlow::Break(())
+                }
+            },
+        );
+        self.run_point(point, first, code_of).await
+    }
+
     // ----- scheduling cycle (driven by the algorithm) -----
 
     pub(crate) fn run_pre_filter(
@@ -302,22 +390,11 @@ impl Framework {
         state: &CycleState,
         sub: &Subscription,
     ) -> Result<(), PluginFailure> {
-        let start = Instant::now();
-        let mut result = Ok(());
-        for pl in &self.pre_filter {
-            if let Err(status) = timed(pl.name(), ExtensionPoint::PreFilter, || {
-                pl.pre_filter(state, sub)
-            }) {
-                result = Err(PluginFailure::new(
-                    ExtensionPoint::PreFilter,
-                    pl.name(),
-                    status,
-                ));
-                break;
-            }
-        }
-        self.observe_point(ExtensionPoint::PreFilter, code_of(&result), start);
-        result
+        sync(
+            self.run_all_pass(ExtensionPoint::PreFilter, &self.pre_filter, |pl| {
+                ready(pl.pre_filter(state, sub))
+            }),
+        )
     }
 
     /// Runs filter plugins on one cluster; the first failure decides (`runAllFilters=false`).
@@ -328,19 +405,25 @@ impl Framework {
         sub: &Subscription,
         cluster: &ManagedCluster,
     ) -> Result<Result<(), PluginFailure>, PluginFailure> {
-        for pl in &self.filter {
-            if let Err(status) = timed(pl.name(), ExtensionPoint::Filter, || {
-                pl.filter(state, sub, cluster)
-            }) {
-                let failure = PluginFailure::new(ExtensionPoint::Filter, pl.name(), status);
-                return if failure.status.is_unschedulable() {
-                    Ok(Err(failure))
-                } else {
-                    Err(failure)
-                };
-            }
-        }
-        Ok(Ok(()))
+        // The point is timed across all clusters by the caller ([`Self::observe_filter`]).
+        sync(run_plugins(
+            ExtensionPoint::Filter,
+            &self.filter,
+            Ok(Ok(())),
+            |pl| ready(pl.filter(state, sub, cluster)),
+            |result, pl, outcome| match outcome {
+                Ok(()) => ControlFlow::Continue(()),
+                Err(status) => {
+                    let failure = PluginFailure::new(ExtensionPoint::Filter, pl.name(), status);
+                    *result = if failure.status.is_unschedulable() {
+                        Ok(Err(failure))
+                    } else {
+                        Err(failure)
+                    };
+                    ControlFlow::Break(())
+                }
+            },
+        ))
     }
 
     pub(crate) fn observe_filter(&self, code: Code, start: Instant) {
@@ -354,22 +437,11 @@ impl Framework {
         inventory: &FeedInventory,
         clusters: &[&ManagedCluster],
     ) -> Result<(), PluginFailure> {
-        let start = Instant::now();
-        let mut result = Ok(());
-        for pl in &self.pre_predict {
-            if let Err(status) = timed(pl.name(), ExtensionPoint::PrePredict, || {
-                pl.pre_predict(state, sub, inventory, clusters)
-            }) {
-                result = Err(PluginFailure::new(
-                    ExtensionPoint::PrePredict,
-                    pl.name(),
-                    status,
-                ));
-                break;
-            }
-        }
-        self.observe_point(ExtensionPoint::PrePredict, code_of(&result), start);
-        result
+        sync(
+            self.run_all_pass(ExtensionPoint::PrePredict, &self.pre_predict, |pl| {
+                ready(pl.pre_predict(state, sub, inventory, clusters))
+            }),
+        )
     }
 
     /// Predicts every cluster's capacity, up to `parallelism` clusters at once; several plugins
@@ -442,14 +514,17 @@ impl Framework {
         inventory: &FeedInventory,
         cluster: &ManagedCluster,
     ) -> Vec<(String, Result<FeedReplicas, Status>)> {
-        let mut outcomes = Vec::with_capacity(self.predict.len());
-        for pl in &self.predict {
-            let t = Instant::now();
-            let outcome = pl.predict(state, sub, inventory, cluster).await;
-            observe_plugin(pl.name(), ExtensionPoint::Predict, code_of(&outcome), t);
-            outcomes.push((pl.name().to_owned(), outcome));
-        }
-        outcomes
+        run_plugins(
+            ExtensionPoint::Predict,
+            &self.predict,
+            Vec::with_capacity(self.predict.len()),
+            |pl| pl.predict(state, sub, inventory, cluster),
+            |outcomes, pl, outcome| {
+                outcomes.push((pl.name().to_owned(), outcome));
+                ControlFlow::Continue(())
+            },
+        )
+        .await
     }
 
     pub(crate) fn run_pre_score(
@@ -458,22 +533,11 @@ impl Framework {
         sub: &Subscription,
         clusters: &[&ManagedCluster],
     ) -> Result<(), PluginFailure> {
-        let start = Instant::now();
-        let mut result = Ok(());
-        for pl in &self.pre_score {
-            if let Err(status) = timed(pl.name(), ExtensionPoint::PreScore, || {
-                pl.pre_score(state, sub, clusters)
-            }) {
-                result = Err(PluginFailure::new(
-                    ExtensionPoint::PreScore,
-                    pl.name(),
-                    status,
-                ));
-                break;
-            }
-        }
-        self.observe_point(ExtensionPoint::PreScore, code_of(&result), start);
-        result
+        sync(
+            self.run_all_pass(ExtensionPoint::PreScore, &self.pre_score, |pl| {
+                ready(pl.pre_score(state, sub, clusters))
+            }),
+        )
     }
 
     /// Scores, normalizes, range-checks and weights: the weighted total per cluster (same index
@@ -485,10 +549,11 @@ impl Framework {
         clusters: &[&ManagedCluster],
         keys: &[String],
     ) -> Result<Vec<i64>, PluginFailure> {
-        let start = Instant::now();
-        let result = self.score_inner(state, sub, clusters, keys);
-        self.observe_point(ExtensionPoint::Score, code_of(&result), start);
-        result
+        sync(self.run_point(
+            ExtensionPoint::Score,
+            async { self.score_inner(state, sub, clusters, keys) },
+            code_of,
+        ))
     }
 
     fn score_inner(
@@ -546,22 +611,11 @@ impl Framework {
         available: &TargetClusters,
         clusters: &[&ManagedCluster],
     ) -> Result<(), PluginFailure> {
-        let start = Instant::now();
-        let mut result = Ok(());
-        for pl in &self.pre_assign {
-            if let Err(status) = timed(pl.name(), ExtensionPoint::PreAssign, || {
-                pl.pre_assign(state, sub, inventory, available, clusters)
-            }) {
-                result = Err(PluginFailure::new(
-                    ExtensionPoint::PreAssign,
-                    pl.name(),
-                    status,
-                ));
-                break;
-            }
-        }
-        self.observe_point(ExtensionPoint::PreAssign, code_of(&result), start);
-        result
+        sync(
+            self.run_all_pass(ExtensionPoint::PreAssign, &self.pre_assign, |pl| {
+                ready(pl.pre_assign(state, sub, inventory, available, clusters))
+            }),
+        )
     }
 
     /// The first assign plugin not returning `Skip` decides; if none decides the failure has no
@@ -574,39 +628,12 @@ impl Framework {
         available: &TargetClusters,
         clusters: &[&ManagedCluster],
     ) -> Result<TargetClusters, PluginFailure> {
-        let start = Instant::now();
-        let mut result = Err(PluginFailure {
-            point: ExtensionPoint::Assign,
-            plugin: None,
-            status: Status::skip("empty assign plugins"),
-        });
-        for pl in &self.assign {
-            match timed(pl.name(), ExtensionPoint::Assign, || {
-                pl.assign(state, sub, inventory, available, clusters)
-            }) {
-                Ok(target) => {
-                    result = Ok(target);
-                    break;
-                }
-                Err(status) if status.code() == Code::Skip => {
-                    result = Err(PluginFailure {
-                        point: ExtensionPoint::Assign,
-                        plugin: None,
-                        status,
-                    });
-                }
-                Err(status) => {
-                    result = Err(PluginFailure::new(
-                        ExtensionPoint::Assign,
-                        pl.name(),
-                        status,
-                    ));
-                    break;
-                }
-            }
-        }
-        self.observe_point(ExtensionPoint::Assign, code_of(&result), start);
-        result
+        sync(self.run_first_decisive(
+            ExtensionPoint::Assign,
+            &self.assign,
+            Status::skip("empty assign plugins"),
+            |pl| ready(pl.assign(state, sub, inventory, available, clusters)),
+        ))
     }
 
     // ----- binding cycle (driven by the I/O shell) -----
@@ -618,33 +645,26 @@ impl Framework {
         sub: &Subscription,
         target: &TargetClusters,
     ) -> Result<(), PluginFailure> {
-        let start = Instant::now();
-        let mut result = Ok(());
-        for pl in &self.reserve {
-            if let Err(status) = timed(pl.name(), ExtensionPoint::Reserve, || {
-                pl.reserve(state, sub, target)
-            }) {
-                result = Err(PluginFailure::new(
-                    ExtensionPoint::Reserve,
-                    pl.name(),
-                    status,
-                ));
-                break;
-            }
-        }
-        self.observe_point(ExtensionPoint::Reserve, code_of(&result), start);
-        result
+        sync(
+            self.run_all_pass(ExtensionPoint::Reserve, &self.reserve, |pl| {
+                ready(pl.reserve(state, sub, target))
+            }),
+        )
     }
 
     /// Unreserve plugins, in reverse order (kube-scheduler's order).
     pub fn run_unreserve(&self, state: &CycleState, sub: &Subscription, target: &TargetClusters) {
-        let start = Instant::now();
-        for pl in self.reserve.iter().rev() {
-            let t = Instant::now();
-            pl.unreserve(state, sub, target);
-            observe_plugin(pl.name(), ExtensionPoint::Unreserve, Code::Success, t);
-        }
-        self.observe_point(ExtensionPoint::Unreserve, Code::Success, start);
+        let all = run_plugins(
+            ExtensionPoint::Unreserve,
+            self.reserve.iter().rev(),
+            (),
+            |pl| {
+                pl.unreserve(state, sub, target);
+                ready(Ok(()))
+            },
+            |_, _, _| ControlFlow::Continue(()),
+        );
+        sync(self.run_point(ExtensionPoint::Unreserve, all, |_| Code::Success));
     }
 
     /// Permit plugins: a rejection (`Err`, `Unschedulable*` = unschedulable, else error) stops;
@@ -655,41 +675,43 @@ impl Framework {
         sub: &Subscription,
         target: &TargetClusters,
     ) -> Result<PermitOutcome, PluginFailure> {
-        let start = Instant::now();
-        let mut waits = BTreeMap::new();
-        let mut result = Ok(());
-        for pl in &self.permit {
-            match timed(pl.name(), ExtensionPoint::Permit, || {
-                pl.permit(state, sub, target)
-            }) {
-                Ok(Permit::Allow) => {}
+        let all = run_plugins(
+            ExtensionPoint::Permit,
+            &self.permit,
+            Ok(PermitOutcome::Allow),
+            |pl| ready(pl.permit(state, sub, target)),
+            |outcome: &mut Result<PermitOutcome, PluginFailure>, pl, permit| match permit {
+                Ok(Permit::Allow) => ControlFlow::Continue(()),
                 Ok(Permit::Wait(timeout)) => {
-                    waits.insert(pl.name().to_owned(), timeout.min(MAX_PERMIT_TIMEOUT));
+                    let timeout = timeout.min(MAX_PERMIT_TIMEOUT);
+                    match outcome {
+                        Ok(PermitOutcome::Wait(waits)) => {
+                            waits.insert(pl.name().to_owned(), timeout);
+                        }
+                        _ => {
+                            let waits = BTreeMap::from([(pl.name().to_owned(), timeout)]);
+                            *outcome = Ok(PermitOutcome::Wait(waits));
+                        }
+                    }
+                    ControlFlow::Continue(())
                 }
                 Err(status) => {
-                    result = Err(PluginFailure::new(
+                    *outcome = Err(PluginFailure::new(
                         ExtensionPoint::Permit,
                         pl.name(),
                         status,
                     ));
-                    break;
+                    ControlFlow::Break(())
                 }
-            }
-        }
-        let outcome = result.map(|()| {
-            if waits.is_empty() {
-                PermitOutcome::Allow
-            } else {
-                PermitOutcome::Wait(waits)
-            }
-        });
-        let code = match &outcome {
-            Ok(PermitOutcome::Allow) => Code::Success,
-            Ok(PermitOutcome::Wait(_)) => Code::Wait,
-            Err(f) => f.status.code(),
-        };
-        self.observe_point(ExtensionPoint::Permit, code, start);
-        outcome
+            },
+        );
+        sync(
+            self.run_point(ExtensionPoint::Permit, all, |outcome| match outcome {
+                Ok(PermitOutcome::Allow) => Code::Success,
+                Ok(PermitOutcome::Wait(_)) => Code::Wait,
+                Err(f) => f.status.code(),
+            }),
+        )
     }
 
     /// PreBind plugins, in order.
@@ -699,23 +721,10 @@ impl Framework {
         sub: &Subscription,
         target: &TargetClusters,
     ) -> Result<(), PluginFailure> {
-        let start = Instant::now();
-        let mut result = Ok(());
-        for pl in &self.pre_bind {
-            let t = Instant::now();
-            let outcome = pl.pre_bind(state, sub, target).await;
-            observe_plugin(pl.name(), ExtensionPoint::PreBind, code_of(&outcome), t);
-            if let Err(status) = outcome {
-                result = Err(PluginFailure::new(
-                    ExtensionPoint::PreBind,
-                    pl.name(),
-                    status,
-                ));
-                break;
-            }
-        }
-        self.observe_point(ExtensionPoint::PreBind, code_of(&result), start);
-        result
+        self.run_all_pass(ExtensionPoint::PreBind, &self.pre_bind, |pl| {
+            pl.pre_bind(state, sub, target)
+        })
+        .await
     }
 
     /// Bind plugins until one does not skip. With the default profile this is DefaultBinder,
@@ -726,36 +735,10 @@ impl Framework {
         sub: &Subscription,
         target: &TargetClusters,
     ) -> Result<BindOutcome, PluginFailure> {
-        let start = Instant::now();
-        let mut result = Err(PluginFailure {
-            point: ExtensionPoint::Bind,
-            plugin: None,
-            status: Status::skip(""),
-        });
-        for pl in &self.bind {
-            let t = Instant::now();
-            let outcome = pl.bind(state, sub, target).await;
-            observe_plugin(pl.name(), ExtensionPoint::Bind, code_of(&outcome), t);
-            match outcome {
-                Ok(done) => {
-                    result = Ok(done);
-                    break;
-                }
-                Err(status) if status.code() == Code::Skip => {
-                    result = Err(PluginFailure {
-                        point: ExtensionPoint::Bind,
-                        plugin: None,
-                        status,
-                    });
-                }
-                Err(status) => {
-                    result = Err(PluginFailure::new(ExtensionPoint::Bind, pl.name(), status));
-                    break;
-                }
-            }
-        }
-        self.observe_point(ExtensionPoint::Bind, code_of(&result), start);
-        result
+        self.run_first_decisive(ExtensionPoint::Bind, &self.bind, Status::skip(""), |pl| {
+            pl.bind(state, sub, target)
+        })
+        .await
     }
 
     /// PostBind plugins, in order.
@@ -765,14 +748,48 @@ impl Framework {
         sub: &Subscription,
         target: &TargetClusters,
     ) {
-        let start = Instant::now();
-        for pl in &self.post_bind {
-            let t = Instant::now();
-            pl.post_bind(state, sub, target).await;
-            observe_plugin(pl.name(), ExtensionPoint::PostBind, Code::Success, t);
-        }
-        self.observe_point(ExtensionPoint::PostBind, Code::Success, start);
+        let all = run_plugins(
+            ExtensionPoint::PostBind,
+            &self.post_bind,
+            (),
+            |pl| pl.post_bind(state, sub, target).map(Ok),
+            |_, _, _| ControlFlow::Continue(()),
+        );
+        self.run_point(ExtensionPoint::PostBind, all, |_| Code::Success)
+            .await;
     }
+}
+
+/// Calls each plugin in order, timing it under its own name, and lets `decide` fold its answer
+/// into the point's result and say whether the next plugin runs. Every extension point goes
+/// through here; synchronous plugins are called through an already-ready future.
+async fn run_plugins<'p, P, T, R, F>(
+    point: ExtensionPoint,
+    plugins: impl IntoIterator<Item = &'p Arc<P>>,
+    mut result: R,
+    mut call: impl FnMut(&'p P) -> F,
+    mut decide: impl FnMut(&mut R, &'p P, Result<T, Status>) -> ControlFlow<()>,
+) -> R
+where
+    P: Plugin + ?Sized,
+    F: Future<Output = Result<T, Status>>,
+{
+    for pl in plugins {
+        let start = Instant::now();
+        let outcome = call(pl).await;
+        observe_plugin(pl.name(), point, code_of(&outcome), start);
+        if decide(&mut result, pl, outcome).is_break() {
+            break;
+        }
+    }
+    result
+}
+
+/// Result of a runner whose plugins are all synchronous: its future never waits, so one poll
+/// finishes it (no executor, no blocking).
+fn sync<R>(run: impl Future<Output = R>) -> R {
+    run.now_or_never()
+        .expect("a runner of synchronous plugins completes on its first poll")
 }
 
 fn code_of<T, E: AsCode>(result: &Result<T, E>) -> Code {

@@ -16,10 +16,10 @@ use crate::apis::{
     DynamicDividingStrategy, Feed, FeedInventory, ManagedCluster, ReplicaDividingType, Subscriber,
     Subscription,
 };
+use crate::kube_ext::labels::Selector;
 use crate::scheduler::framework::{
     AssignPlugin, CycleState, Plugin, PreAssignPlugin, Status, TargetClusters,
 };
-use crate::scheduler::labels::Selector;
 use crate::scheduler::plugins::names;
 
 fn dividing_type(sub: &Subscription) -> Option<ReplicaDividingType> {

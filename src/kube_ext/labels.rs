@@ -1,8 +1,10 @@
 //! `metav1.LabelSelector` evaluation against a label set, as Kubernetes'
 //! `metav1.LabelSelectorAsSelector(...).Matches(labels.Set(...))` does it.
 //!
-//! The scheduler matches every subscriber's `clusterAffinity` against ManagedCluster labels
-//! (candidate selection, subgroups, static weights), so the semantics must be apimachinery's:
+//! The one label-selector implementation of the crate. The scheduler matches every subscriber's
+//! `clusterAffinity` against ManagedCluster labels (candidate selection, subgroups, static
+//! weights) and the override renderer matches a Globalization's `clusterAffinity` against the
+//! labels of the clusters in a namespace, so the semantics must be apimachinery's:
 //!
 //! - an empty selector (no `matchLabels`, no `matchExpressions`) matches everything;
 //! - `matchLabels` entries are equality requirements;
@@ -96,10 +98,29 @@ pub struct Selector {
 impl Selector {
     /// Validates and converts a `metav1.LabelSelector`.
     pub fn from_label_selector(selector: &LabelSelector) -> Result<Self, LabelSelectorError> {
+        Self::compile(selector, true)
+    }
+
+    /// Like [`Selector::from_label_selector`], but keys and values are not checked for being
+    /// qualified names and label values (operators and the number of values still are).
+    ///
+    /// A Globalization's `clusterAffinity` has always been compiled this way, and a refactoring
+    /// must not start rejecting Globalizations that worked before. Upstream validates them
+    /// (`metav1.LabelSelectorAsSelector`); switching the override renderer to
+    /// `from_label_selector` is a behaviour change to make on purpose, not by accident.
+    pub fn from_label_selector_unvalidated(
+        selector: &LabelSelector,
+    ) -> Result<Self, LabelSelectorError> {
+        Self::compile(selector, false)
+    }
+
+    fn compile(selector: &LabelSelector, validate: bool) -> Result<Self, LabelSelectorError> {
         let mut requirements = Vec::new();
         for (key, value) in selector.match_labels.iter().flatten() {
-            validate_key(key)?;
-            validate_value(key, value)?;
+            if validate {
+                validate_key(key)?;
+                validate_value(key, value)?;
+            }
             requirements.push(Requirement {
                 key: key.clone(),
                 operator: Operator::In,
@@ -114,7 +135,9 @@ impl Selector {
                 "DoesNotExist" => Operator::DoesNotExist,
                 other => return Err(LabelSelectorError::InvalidOperator(other.to_owned())),
             };
-            validate_key(&expr.key)?;
+            if validate {
+                validate_key(&expr.key)?;
+            }
             let values: &[String] = expr.values.as_deref().unwrap_or_default();
             match operator {
                 Operator::In | Operator::NotIn if values.is_empty() => {
@@ -129,8 +152,10 @@ impl Selector {
                 }
                 _ => {}
             }
-            for value in values {
-                validate_value(&expr.key, value)?;
+            if validate {
+                for value in values {
+                    validate_value(&expr.key, value)?;
+                }
             }
             requirements.push(Requirement {
                 key: expr.key.clone(),
@@ -160,16 +185,16 @@ pub fn matches(
     Ok(Selector::from_label_selector(selector)?.matches(labels))
 }
 
-/// Does any subscriber's `clusterAffinity` match these labels? Subscribers with an invalid
-/// selector are skipped (Go logs and continues). This is the test the scheduler's
-/// ManagedCluster event handlers use to decide which Subscriptions to enqueue (scheduler.md §3).
-pub fn any_subscriber_matches(
-    subscribers: &[crate::apis::Subscriber],
+/// Does any of these selectors match the labels? Invalid selectors are skipped (Go logs and
+/// continues). The scheduler's ManagedCluster event handlers use this with the subscribers'
+/// `clusterAffinity` to decide which Subscriptions to enqueue (scheduler.md §3).
+pub fn any_matches<'a>(
+    selectors: impl IntoIterator<Item = &'a LabelSelector>,
     labels: &BTreeMap<String, String>,
 ) -> bool {
-    subscribers.iter().any(|s| {
-        Selector::from_label_selector(&s.cluster_affinity).is_ok_and(|sel| sel.matches(labels))
-    })
+    selectors
+        .into_iter()
+        .any(|s| Selector::from_label_selector(s).is_ok_and(|sel| sel.matches(labels)))
 }
 
 const MAX_NAME_LEN: usize = 63;
@@ -405,15 +430,28 @@ mod tests {
             sub(selector(&[], vec![expr("a", "In", &[])])),
             sub(selector(&[("region", "east")], vec![])),
         ];
-        assert!(any_subscriber_matches(
-            &subscribers,
+        assert!(any_matches(
+            subscribers.iter().map(|s| &s.cluster_affinity),
             &labels(&[("region", "east")])
         ));
-        assert!(!any_subscriber_matches(
-            &subscribers,
+        assert!(!any_matches(
+            subscribers.iter().map(|s| &s.cluster_affinity),
             &labels(&[("region", "west")])
         ));
-        assert!(!any_subscriber_matches(&[], &labels(&[])));
+        assert!(!any_matches([], &labels(&[])));
+    }
+
+    #[test]
+    fn unvalidated_selectors_accept_any_key_but_not_any_operator() {
+        let bad_key = selector(&[("Bad Key!", "v")], vec![]);
+        assert!(Selector::from_label_selector(&bad_key).is_err());
+        let lax = Selector::from_label_selector_unvalidated(&bad_key).unwrap();
+        assert!(lax.matches(&labels(&[("Bad Key!", "v")])));
+        let bad_op = selector(&[], vec![expr("a", "in", &["x"])]);
+        assert_eq!(
+            Selector::from_label_selector_unvalidated(&bad_op),
+            Err(LabelSelectorError::InvalidOperator("in".into()))
+        );
     }
 
     #[test]
