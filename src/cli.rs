@@ -7,7 +7,9 @@
 use clap::{Args, Parser, Subcommand};
 use serde::Serialize;
 
-use crate::config::Role;
+use figment::providers::Serialized;
+
+use crate::config::{Layers, Role};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -248,5 +250,64 @@ impl Cli {
             Some(Command::Run { run }) | Some(Command::Config { run }) => run,
             _ => &self.run,
         }
+    }
+}
+
+impl RunFlags {
+    /// The flags as configuration layers: the plain ones as a figment provider, the comma lists
+    /// and per-role names as they were given.
+    pub fn layers(&self) -> Layers<Serialized<RunFlags>> {
+        let mut flat = self.clone();
+        Layers {
+            config_file: flat.config.take(),
+            feature_gates: flat.feature_gates.take(),
+            roles: std::mem::take(&mut flat.roles),
+            lease_name: flat.leader_elect_resource_name.take(),
+            flags: Serialized::globals(flat),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use std::time::Duration;
+
+    #[test]
+    fn flags_override_defaults_and_roles_pick_gates() {
+        let flags = RunFlags {
+            roles: vec![Role::Scheduler, Role::Hub],
+            kube_api_qps: Some(7.0),
+            feature_gates: Some("ShadowAPI=false".into()),
+            leader_elect_lease_duration: Some("20s".into()),
+            ..Default::default()
+        };
+        let cfg = Config::load(flags.layers()).expect("config loads");
+        assert_eq!(cfg.roles, vec![Role::Hub, Role::Scheduler]);
+        assert_eq!(cfg.kube_api_qps, 7.0);
+        assert_eq!(cfg.leader_elect_lease_duration, Duration::from_secs(20));
+        assert!(
+            cfg.gate("SocketConnection"),
+            "hub turns SocketConnection on"
+        );
+        assert!(cfg.gate("FailOver"), "scheduler turns FailOver on");
+        assert!(!cfg.gate("ShadowAPI"), "the flag turns ShadowAPI off");
+        assert!(!cfg.gate("Deployer"), "no controller role");
+    }
+
+    #[test]
+    fn bad_values_are_rejected_with_the_valid_choices() {
+        let flags = RunFlags {
+            cluster_sync_mode: Some("Sideways".into()),
+            ..Default::default()
+        };
+        let err = Config::load(flags.layers()).unwrap_err().to_string();
+        assert!(err.contains("Push, Pull, Dual"), "{err}");
+        let flags = RunFlags {
+            leader_elect_renew_deadline: Some("20s".into()),
+            ..Default::default()
+        };
+        assert!(Config::load(flags.layers()).is_err());
     }
 }

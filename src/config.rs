@@ -10,12 +10,11 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Yaml};
+use figment::{Figment, Provider};
 use serde::{Deserialize, Serialize};
 
 use crate::apis::known;
-use crate::cli::RunFlags;
 use crate::kube_ext::yaml::{self, YamlError};
 
 #[derive(Debug, thiserror::Error)]
@@ -266,11 +265,33 @@ pub fn parse_feature_gates(spec: &str) -> Result<BTreeMap<String, bool>, ConfigE
     Ok(out)
 }
 
+/// What the command line hands the configuration, highest layer first: the flags as a figment
+/// provider (keys as in [`Config`], only the flags given), and the flags that are not plain
+/// keys (comma lists and per-role names), which `load` merges itself.
+pub struct Layers<P: Provider> {
+    /// `--config`: the YAML file layer.
+    pub config_file: Option<std::path::PathBuf>,
+    pub flags: P,
+    /// `--role`, empty when not given.
+    pub roles: Vec<Role>,
+    /// `--feature-gates`, as written.
+    pub feature_gates: Option<String>,
+    /// `--leader-elect-resource-name` (one role only).
+    pub lease_name: Option<String>,
+}
+
 impl Config {
     /// Merges every layer and validates the result.
-    pub fn load(flags: &RunFlags) -> Result<Config, ConfigError> {
+    pub fn load<P: Provider>(layers: Layers<P>) -> Result<Config, ConfigError> {
+        let Layers {
+            config_file,
+            flags,
+            mut roles,
+            feature_gates: gates_flag,
+            lease_name: lease_name_flag,
+        } = layers;
         let mut fig = Figment::from(Serialized::defaults(Config::default()));
-        if let Some(path) = &flags.config {
+        if let Some(path) = &config_file {
             if !path.exists() {
                 return Err(ConfigError::File {
                     path: path.display().to_string(),
@@ -294,11 +315,7 @@ impl Config {
                 .filter(move |k| known_keys.iter().any(|known| k == known.as_str()))
                 .map(|k| k.as_str().to_ascii_lowercase().into()),
         );
-        let mut flat = flags.clone();
-        let gates_flag = flat.feature_gates.take();
-        let mut roles = std::mem::take(&mut flat.roles);
-        let lease_name_flag = flat.leader_elect_resource_name.take();
-        fig = fig.merge(Serialized::globals(&flat));
+        fig = fig.merge(flags);
         let mut cfg: Config = fig
             .extract()
             .map_err(|e| ConfigError::Figment(Box::new(e)))?;
@@ -549,42 +566,5 @@ mod tests {
             "{err}"
         );
         assert!(parse_feature_gates("Deployer=maybe").is_err());
-    }
-
-    #[test]
-    fn flags_override_defaults_and_roles_pick_gates() {
-        let flags = RunFlags {
-            roles: vec![Role::Scheduler, Role::Hub],
-            kube_api_qps: Some(7.0),
-            feature_gates: Some("ShadowAPI=false".into()),
-            leader_elect_lease_duration: Some("20s".into()),
-            ..Default::default()
-        };
-        let cfg = Config::load(&flags).expect("config loads");
-        assert_eq!(cfg.roles, vec![Role::Hub, Role::Scheduler]);
-        assert_eq!(cfg.kube_api_qps, 7.0);
-        assert_eq!(cfg.leader_elect_lease_duration, Duration::from_secs(20));
-        assert!(
-            cfg.gate("SocketConnection"),
-            "hub turns SocketConnection on"
-        );
-        assert!(cfg.gate("FailOver"), "scheduler turns FailOver on");
-        assert!(!cfg.gate("ShadowAPI"), "the flag turns ShadowAPI off");
-        assert!(!cfg.gate("Deployer"), "no controller role");
-    }
-
-    #[test]
-    fn bad_values_are_rejected_with_the_valid_choices() {
-        let flags = RunFlags {
-            cluster_sync_mode: Some("Sideways".into()),
-            ..Default::default()
-        };
-        let err = Config::load(&flags).unwrap_err().to_string();
-        assert!(err.contains("Push, Pull, Dual"), "{err}");
-        let flags = RunFlags {
-            leader_elect_renew_deadline: Some("20s".into()),
-            ..Default::default()
-        };
-        assert!(Config::load(&flags).is_err());
     }
 }

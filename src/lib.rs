@@ -94,7 +94,7 @@ pub fn main_entry() -> ExitCode {
         Some(cli::Command::Crds { out }) => return print_crds(out.as_deref()),
         _ => {}
     }
-    let config = match config::Config::load(cli.run_flags()) {
+    let config = match config::Config::load(cli.run_flags().layers()) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("clusternet: {e}");
