@@ -36,9 +36,8 @@ use tracing::{debug, info, warn};
 use super::body::{HubBody, empty};
 use crate::runtime::Runtime;
 use crate::runtime::leader::{LeaderElector, LeaseTiming, holder_identity};
-use crate::tunnel::peer::{
-    PEER_CONNECT_PATH, PEER_ID_HEADER, PEER_TOKEN_HEADER, PeerIdentity, run_peer_client,
-};
+use crate::tunnel::peer::{PEER_CONNECT_PATH, PEER_ID_HEADER, PEER_TOKEN_HEADER};
+use crate::tunnel::peer_client::{PeerIdentity, run_peer_client};
 use crate::tunnel::server::{SessionRegistry, websocket_accept_key};
 
 /// Name prefix of the peer Leases.
@@ -477,7 +476,7 @@ mod tests {
     /// session through which hub B reaches the agent on hub A.
     #[tokio::test]
     async fn peers_connect_over_tls_with_their_token() {
-        use crate::tunnel::peer::connect_peer;
+        use crate::tunnel::peer_client::connect_peer;
         use crate::tunnel::session::{Session, SessionRole};
         use async_tungstenite::WebSocketStream;
         use async_tungstenite::tokio::TokioAdapter;

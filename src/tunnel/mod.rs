@@ -20,6 +20,7 @@
 pub mod client;
 pub mod frame;
 pub mod peer;
+pub mod peer_client;
 pub mod server;
 pub mod session;
 
