@@ -16,7 +16,7 @@ use kube::runtime::reflector::Store;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
-use super::framework::{BindOutcome, CycleState, PluginFailure, TargetClusters};
+use super::framework::{BindOutcome, CycleState, Framework, PluginFailure, TargetClusters};
 use super::predictor_client::{self, PredictorRoute};
 use super::queue::SchedulingQueue;
 use super::{FilterOffset, PredictorClient, Profiles, Registry, binder};
@@ -95,13 +95,45 @@ struct ClusterFacts {
     ready: bool,
 }
 
-pub async fn run(rt: Runtime, stop: CancellationToken) {
+/// How a ManagedCluster change reaches the queue (§3): the labels whose matching Subscriptions
+/// are enqueued, none when nothing that scheduling looks at changed.
+fn cluster_trigger(
+    old: Option<&ClusterFacts>,
+    now: &ClusterFacts,
+    fail_over: bool,
+) -> Vec<BTreeMap<String, String>> {
+    match old {
+        None => vec![now.labels.clone()],
+        Some(old) if old.labels != now.labels || old.taints != now.taints => {
+            vec![old.labels.clone(), now.labels.clone()]
+        }
+        // upstream's FailOver: a cluster that stops being Ready reschedules what matched it
+        Some(old) if fail_over && !now.ready && old.ready => vec![old.labels.clone()],
+        Some(_) => Vec::new(),
+    }
+}
+
+fn facts_of(c: &ManagedCluster) -> ClusterFacts {
+    ClusterFacts {
+        labels: c.labels().clone(),
+        taints: c.spec.taints.clone(),
+        ready: ready(c),
+    }
+}
+
+fn cluster_key(c: &ManagedCluster) -> String {
+    format!("{}/{}", c.namespace().unwrap_or_default(), c.name_any())
+}
+
+/// The scheduler profiles from `--scheduler-config` (or the defaults); None, logged, when they
+/// cannot be read.
+fn load_profiles(rt: &Runtime) -> Option<Arc<Profiles>> {
     let text = match rt.config.scheduler_config.as_deref() {
         Some(path) => match std::fs::read_to_string(path) {
             Ok(t) => Some(t),
             Err(e) => {
                 error!(path, error = %e, "cannot read the scheduler configuration; not scheduling");
-                return;
+                return None;
             }
         },
         None => None,
@@ -109,24 +141,105 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     let registry = Registry::in_tree(Arc::new(HttpPredictor {
         parent: rt.client.clone(),
     }));
-    let profiles = match Profiles::from_yaml(
+    match Profiles::from_yaml(
         text.as_deref(),
         &registry,
         rt.config.gate(known::FEASIBLE_CLUSTERS_TOLERATION),
     ) {
-        Ok((_, p)) => Arc::new(p),
+        Ok((_, p)) => Some(Arc::new(p)),
         Err(e) => {
             error!(error = %e, "invalid scheduler configuration; not scheduling");
-            return;
+            None
         }
+    }
+}
+
+/// What the scheduler reads, from the shared cache.
+struct Caches {
+    subs: Shared<Subscription>,
+    clusters: Shared<ManagedCluster>,
+    inventories: Shared<FeedInventory>,
+}
+
+/// Enqueues what changes (§3): new Subscriptions and new specs, FeedInventories, and
+/// ManagedCluster changes as [`cluster_trigger`] decides, until `stop`.
+fn spawn_triggers(
+    caches: &Caches,
+    queue: Arc<SchedulingQueue>,
+    fail_over: bool,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let sub_store = caches.subs.store.clone();
+    let cluster_store = caches.clusters.store.clone();
+    let mut sub_events = caches.subs.subscribe();
+    let mut inv_events = caches.inventories.subscribe();
+    let mut cluster_events = caches.clusters.subscribe();
+    tokio::spawn(async move {
+        let mut generations = SeenSpecs::new();
+        let mut facts: HashMap<String, ClusterFacts> = cluster_store
+            .state()
+            .iter()
+            .map(|c| (cluster_key(c), facts_of(c)))
+            .collect();
+        let mut resync = tokio::time::interval(Duration::from_secs(2));
+        let enqueue_matching = |labels: &[BTreeMap<String, String>]| {
+            for s in sub_store.state() {
+                if labels.iter().any(|l| affinity_matches(&s, l)) {
+                    queue.add(&sub_key(&s), s.spec.priority.unwrap_or(0));
+                }
+            }
+        };
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                Some(s) = sub_events.next() => {
+                    let key = sub_key(&s);
+                    if s.metadata.deletion_timestamp.is_some() {
+                        queue.remove(&key);
+                        generations.remove(&key);
+                    } else if spec_is_new(&mut generations, &key, &s) {
+                        queue.add(&key, s.spec.priority.unwrap_or(0));
+                    }
+                }
+                Some(inv) = inv_events.next() => {
+                    queue.add(&format!("{}/{}", inv.namespace().unwrap_or_default(), inv.name_any()), 0);
+                }
+                Some(c) = cluster_events.next() => {
+                    if c.metadata.deletion_timestamp.is_none() {
+                        let now = facts_of(&c);
+                        let old = facts.insert(cluster_key(&c), now.clone());
+                        enqueue_matching(&cluster_trigger(old.as_ref(), &now, fail_over));
+                    }
+                }
+                _ = resync.tick() => {
+                    // deletions are not streamed: compare the set of clusters
+                    let present: std::collections::HashSet<String> =
+                        cluster_store.state().iter().map(|c| cluster_key(c)).collect();
+                    let gone: Vec<String> = facts.keys().filter(|k| !present.contains(*k)).cloned().collect();
+                    for k in gone {
+                        if let Some(old) = facts.remove(&k) {
+                            enqueue_matching(&[old.labels]);
+                        }
+                    }
+                }
+            }
+        }
+    })
+}
+
+pub async fn run(rt: Runtime, stop: CancellationToken) {
+    let Some(profiles) = load_profiles(&rt) else {
+        return;
     };
-    let subs = rt.cache.watch::<Subscription>();
-    let clusters = rt.cache.watch::<ManagedCluster>();
-    let inventories = rt.cache.watch::<FeedInventory>();
+    let caches = Caches {
+        subs: rt.cache.watch::<Subscription>(),
+        clusters: rt.cache.watch::<ManagedCluster>(),
+        inventories: rt.cache.watch::<FeedInventory>(),
+    };
     for ready in [
-        subs.ready().await,
-        clusters.ready().await,
-        inventories.ready().await,
+        caches.subs.ready().await,
+        caches.clusters.ready().await,
+        caches.inventories.ready().await,
     ] {
         if !ready {
             return;
@@ -134,93 +247,15 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     }
     let queue = Arc::new(SchedulingQueue::default());
     // everything already there is re-checked behind whatever changes from now on
-    for s in subs.store.state() {
+    for s in caches.subs.store.state() {
         queue.add_backlog(&sub_key(&s), s.spec.priority.unwrap_or(0));
     }
     let fail_over = rt.config.gate(known::FAIL_OVER);
-    // triggers
-    let triggers = {
-        let (queue, stop) = (queue.clone(), stop.clone());
-        let sub_store = subs.store.clone();
-        let mut sub_events = subs.subscribe().boxed();
-        let mut inv_events = inventories.subscribe().boxed();
-        let mut cluster_events = clusters.subscribe().boxed();
-        let cluster_store = clusters.store.clone();
-        tokio::spawn(async move {
-            let mut generations = SeenSpecs::new();
-            let mut facts: HashMap<String, ClusterFacts> = cluster_store
-                .state()
-                .iter()
-                .map(|c| {
-                    (
-                        format!("{}/{}", c.namespace().unwrap_or_default(), c.name_any()),
-                        ClusterFacts {
-                            labels: c.labels().clone(),
-                            taints: c.spec.taints.clone(),
-                            ready: ready(c),
-                        },
-                    )
-                })
-                .collect();
-            let mut resync = tokio::time::interval(Duration::from_secs(2));
-            let enqueue_matching =
-                |sub_store: &Store<Subscription>,
-                 queue: &SchedulingQueue,
-                 labels: &[&BTreeMap<String, String>]| {
-                    for s in sub_store.state() {
-                        if labels.iter().any(|l| affinity_matches(&s, l)) {
-                            queue.add(&sub_key(&s), s.spec.priority.unwrap_or(0));
-                        }
-                    }
-                };
-            loop {
-                tokio::select! {
-                    _ = stop.cancelled() => break,
-                    Some(s) = sub_events.next() => {
-                        let key = sub_key(&s);
-                        if s.metadata.deletion_timestamp.is_some() {
-                            queue.remove(&key);
-                            generations.remove(&key);
-                            continue;
-                        }
-                        if spec_is_new(&mut generations, &key, &s) {
-                            queue.add(&key, s.spec.priority.unwrap_or(0));
-                        }
-                    }
-                    Some(inv) = inv_events.next() => {
-                        queue.add(&format!("{}/{}", inv.namespace().unwrap_or_default(), inv.name_any()), 0);
-                    }
-                    Some(c) = cluster_events.next() => {
-                        if c.metadata.deletion_timestamp.is_some() {
-                            continue;
-                        }
-                        let key = format!("{}/{}", c.namespace().unwrap_or_default(), c.name_any());
-                        let now = ClusterFacts { labels: c.labels().clone(), taints: c.spec.taints.clone(), ready: ready(&c) };
-                        match facts.insert(key, now.clone()) {
-                            None => enqueue_matching(&sub_store, &queue, &[&now.labels]),
-                            Some(old) if old.labels != now.labels || old.taints != now.taints => enqueue_matching(&sub_store, &queue, &[&old.labels, &now.labels]),
-                            Some(old) if fail_over && !now.ready && old.ready => enqueue_matching(&sub_store, &queue, &[&old.labels]),
-                            _ => {}
-                        }
-                    }
-                    _ = resync.tick() => {
-                        // deletions are not streamed: compare the set of clusters
-                        let present: Vec<String> = cluster_store.state().iter().map(|c| format!("{}/{}", c.namespace().unwrap_or_default(), c.name_any())).collect();
-                        let gone: Vec<String> = facts.keys().filter(|k| !present.contains(k)).cloned().collect();
-                        for k in gone {
-                            if let Some(old) = facts.remove(&k) {
-                                enqueue_matching(&sub_store, &queue, &[&old.labels]);
-                            }
-                        }
-                    }
-                }
-            }
-        })
-    };
+    let triggers = spawn_triggers(&caches, queue.clone(), fail_over, stop.clone());
     let events = Events::new(rt.client.clone(), "clusternet-scheduler");
     let binder = AsyncBinder {
         rt: rt.clone(),
-        subs: subs.clone(),
+        subs: caches.subs.clone(),
         profiles: profiles.clone(),
         queue: queue.clone(),
         events: events.clone(),
@@ -240,9 +275,9 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         let start = Instant::now();
         let result = schedule_one(
             &profiles,
-            &subs.store,
-            &clusters.store,
-            &inventories.store,
+            &caches.subs.store,
+            &caches.clusters.store,
+            &caches.inventories.store,
             &events,
             &mut offset,
             &key,
@@ -295,6 +330,54 @@ fn schedule_one<'a>(
     ))
 }
 
+/// What a scheduling cycle starts from, read from the cache.
+struct CycleInput<'a> {
+    sub: Arc<Subscription>,
+    fwk: &'a Framework,
+    inventory: Option<FeedInventory>,
+}
+
+/// Observe: the Subscription behind `key`, its profile and (Dividing) its FeedInventory; or why
+/// there is nothing to schedule now (dropped: deleted, unknown profile, inventory not ready;
+/// unchanged: a Dividing spec already scheduled).
+fn observe<'a>(
+    profiles: &'a Profiles,
+    subs: &Store<Subscription>,
+    inventories: &Store<FeedInventory>,
+    key: &str,
+) -> Result<CycleInput<'a>, &'static str> {
+    let (ns, name) = key.split_once('/').ok_or("dropped")?;
+    let sub = subs
+        .get(&ObjectRef::new(name).within(ns))
+        .filter(|s| s.metadata.deletion_timestamp.is_none())
+        .ok_or("dropped")?;
+    let Some(fwk) = profiles.for_subscription(&sub) else {
+        warn!(subscription = %key, scheduler = %sub.spec.effective_scheduler_name(), "no scheduler profile of that name");
+        return Err("dropped");
+    };
+    let inventory = if sub.spec.effective_scheduling_strategy() == SchedulingStrategy::Dividing {
+        let Some(inv) = inventories.get(&ObjectRef::new(name).within(ns)) else {
+            debug!(subscription = %key, "waiting for its FeedInventory");
+            return Err("dropped");
+        };
+        if !binder::feeds_match_inventory(&sub, &inv) {
+            debug!(subscription = %key, "FeedInventory does not match the feeds yet");
+            return Err("dropped");
+        }
+        Some((*inv).clone())
+    } else {
+        None
+    };
+    if !binder::needs_scheduling(&sub, inventory.as_ref()) {
+        return Err("unchanged");
+    }
+    Ok(CycleInput {
+        sub,
+        fwk,
+        inventory,
+    })
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn schedule_one_inner(
     profiles: &Profiles,
@@ -305,35 +388,14 @@ async fn schedule_one_inner(
     offset: &mut FilterOffset,
     key: &str,
 ) -> Result<Decided, CycleError> {
-    let Some((ns, name)) = key.split_once('/') else {
-        return Ok(Decided::Done("dropped"));
+    let CycleInput {
+        sub,
+        fwk,
+        inventory,
+    } = match observe(profiles, subs, inventories, key) {
+        Ok(input) => input,
+        Err(outcome) => return Ok(Decided::Done(outcome)),
     };
-    let Some(sub) = subs.get(&ObjectRef::new(name).within(ns)) else {
-        return Ok(Decided::Done("dropped"));
-    };
-    if sub.metadata.deletion_timestamp.is_some() {
-        return Ok(Decided::Done("dropped"));
-    }
-    let Some(fwk) = profiles.for_subscription(&sub) else {
-        warn!(subscription = %key, scheduler = %sub.spec.effective_scheduler_name(), "no scheduler profile of that name");
-        return Ok(Decided::Done("dropped"));
-    };
-    let inventory = if sub.spec.effective_scheduling_strategy() == SchedulingStrategy::Dividing {
-        let Some(inv) = inventories.get(&ObjectRef::new(name).within(ns)) else {
-            debug!(subscription = %key, "waiting for its FeedInventory");
-            return Ok(Decided::Done("dropped"));
-        };
-        if !binder::feeds_match_inventory(&sub, &inv) {
-            debug!(subscription = %key, "FeedInventory does not match the feeds yet");
-            return Ok(Decided::Done("dropped"));
-        }
-        Some((*inv).clone())
-    } else {
-        None
-    };
-    if !binder::needs_scheduling(&sub, inventory.as_ref()) {
-        return Ok(Decided::Done("unchanged"));
-    }
     // the cache's own Arcs: a decision reads the clusters, it never copies them
     let all = clusters.state();
     let state = CycleState::new();
@@ -526,6 +588,51 @@ mod tests {
             "metadata": {"name": "s", "namespace": "n", "uid": uid, "generation": generation},
             "spec": {"subscribers": [], "feeds": []}}))
         .expect("a Subscription")
+    }
+
+    fn facts(labels: &[(&str, &str)], ready: bool) -> ClusterFacts {
+        ClusterFacts {
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            taints: Vec::new(),
+            ready,
+        }
+    }
+
+    #[test]
+    fn cluster_changes_enqueue_what_matched_before_and_after() {
+        let a = facts(&[("env", "a")], true);
+        assert_eq!(
+            cluster_trigger(None, &a, true),
+            vec![a.labels.clone()],
+            "a new cluster"
+        );
+        let b = facts(&[("env", "b")], true);
+        assert_eq!(
+            cluster_trigger(Some(&a), &b, true),
+            vec![a.labels.clone(), b.labels.clone()],
+            "relabelled: the old and the new matches"
+        );
+        let lost = facts(&[("env", "a")], false);
+        assert_eq!(
+            cluster_trigger(Some(&a), &lost, true),
+            vec![a.labels.clone()],
+            "FailOver"
+        );
+        assert!(
+            cluster_trigger(Some(&a), &lost, false).is_empty(),
+            "no FailOver gate"
+        );
+        assert!(
+            cluster_trigger(Some(&lost), &a, true).is_empty(),
+            "back to Ready: nothing moves"
+        );
+        assert!(
+            cluster_trigger(Some(&a), &a, true).is_empty(),
+            "a heartbeat"
+        );
     }
 
     #[test]
