@@ -4,7 +4,7 @@
 //! bindings per second and p50/p90/p99 from creation to the written binding, seen through a watch
 //! (no polling delay).
 //!
-//! The yardstick runs first on the same server: a bare client that watches the burst and writes
+//! The yardstick runs before and after on the same server (its better run counts): a bare client that watches the burst and writes
 //! each binding (one status merge patch, 16 at once, no decision, no Event) as soon as it sees the
 //! Subscription. Nothing can bind faster through this API server on this machine; the ratio of the
 //! two is what clusternet itself costs.
@@ -253,13 +253,17 @@ async fn main() {
     // a burst as fast as the server takes it, and a steady stream the server keeps up with
     let paced = Duration::from_millis(25);
     let workloads = [("burst", None), ("40/s", Some(paced))];
-    let mut ceiling = Vec::new();
-    for (_, pace) in workloads {
-        let binder = bare_binder(env.parent_kubeconfig(), ns.name.clone(), keys.clone());
-        ceiling.push(burst(&subs, &id, n, pace).await);
-        drop(binder);
-        delete_all(&subs).await;
-    }
+    let bare_runs = || async {
+        let mut figures = Vec::new();
+        for (_, pace) in workloads {
+            let binder = bare_binder(env.parent_kubeconfig(), ns.name.clone(), keys.clone());
+            figures.push(burst(&subs, &id, n, pace).await);
+            drop(binder);
+            delete_all(&subs).await;
+        }
+        figures
+    };
+    let first_ceiling = bare_runs().await;
 
     let lease_ns = format!("{}-lease", ns.name);
     let scheduler = Clusternet::start(
@@ -278,6 +282,19 @@ async fn main() {
         delete_all(&subs).await;
     }
     let usage = scheduler.usage();
+    drop(scheduler);
+    // the yardstick again after ours, so neither side gains from going first; its better run counts
+    let ceiling: Vec<Figures> = first_ceiling
+        .into_iter()
+        .zip(bare_runs().await)
+        .map(|(a, b)| {
+            if pct(&a.latencies, 0.5) <= pct(&b.latencies, 0.5) {
+                a
+            } else {
+                b
+            }
+        })
+        .collect();
 
     println!(
         "scheduling through the API server: {n} Subscriptions x {CLUSTERS} ManagedClusters, created at once (burst) or at 40/s"
