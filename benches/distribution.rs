@@ -14,7 +14,7 @@ use clusternet::apis::{Manifest, Subscription};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
-use support::{Cluster, TestEnv, TestNamespace, register, uid};
+use support::{Cluster, TestEnv, TestNamespace, percentile, register, uid};
 
 const SUBSCRIPTIONS: usize = 100;
 
@@ -28,13 +28,6 @@ fn manifest(ns: &str, name: &str, value: &str) -> Manifest {
         "template": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns}, "data": {"v": value}}
     }))
     .expect("a Manifest")
-}
-
-fn pct(sorted: &[Duration], p: f64) -> Duration {
-    sorted
-        .get(((sorted.len() as f64 * p).ceil() as usize).saturating_sub(1))
-        .copied()
-        .unwrap_or_default()
 }
 
 /// Write requests per resource, from an API server's metrics.
@@ -252,8 +245,8 @@ async fn main() {
         println!(
             "| {mode} | {}/{SUBSCRIPTIONS} | {:.2} s | {:.2} s | {pw:.1} | {cw:.1} |",
             times.len(),
-            pct(&times, 0.5).as_secs_f64(),
-            pct(&times, 0.99).as_secs_f64()
+            percentile(&times, 0.5).as_secs_f64(),
+            percentile(&times, 0.99).as_secs_f64()
         );
     }
 }

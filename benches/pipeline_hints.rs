@@ -16,17 +16,10 @@ use futures::StreamExt;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
-use support::{Clusternet, TestEnv, TestNamespace, register, uid};
+use support::{Clusternet, TestEnv, TestNamespace, percentile, register, uid};
 
 const SUBSCRIPTIONS: usize = 60;
 const CHILDREN: usize = 3;
-
-fn pct(sorted: &[Duration], p: f64) -> Duration {
-    sorted
-        .get(((sorted.len() as f64 * p).ceil() as usize).saturating_sub(1))
-        .copied()
-        .unwrap_or_default()
-}
 
 /// Starts the parent roles for one phase: one process or one per role.
 fn parent_roles(env: &TestEnv, split: bool, phase: &str) -> Vec<Clusternet> {
@@ -165,9 +158,9 @@ async fn main() {
             },
             n + 1,
             lat.len(),
-            pct(lat, 0.5).as_secs_f64(),
-            pct(lat, 0.9).as_secs_f64(),
-            pct(lat, 0.99).as_secs_f64(),
+            percentile(lat, 0.5).as_secs_f64(),
+            percentile(lat, 0.9).as_secs_f64(),
+            percentile(lat, 0.99).as_secs_f64(),
         );
     }
     let _ = manifests

@@ -20,7 +20,7 @@ use futures::{StreamExt, TryStreamExt};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
-use support::{Clusternet, TestEnv, TestNamespace, uid};
+use support::{Clusternet, TestEnv, TestNamespace, percentile, uid};
 
 const CLUSTERS: usize = 100;
 fn subscriptions() -> usize {
@@ -30,15 +30,8 @@ fn subscriptions() -> usize {
         .unwrap_or(200)
 }
 
-fn pct(sorted: &[Duration], p: f64) -> Duration {
-    sorted
-        .get(((sorted.len() as f64 * p).ceil() as usize).saturating_sub(1))
-        .copied()
-        .unwrap_or_default()
-}
-
 fn ratio(ours: &[Duration], bare: &[Duration], p: f64) -> f64 {
-    pct(ours, p).as_secs_f64() / pct(bare, p).as_secs_f64().max(1e-9)
+    percentile(ours, p).as_secs_f64() / percentile(bare, p).as_secs_f64().max(1e-9)
 }
 
 struct Figures {
@@ -53,9 +46,9 @@ impl Figures {
             "| {workload} | {binder} | {}/{n} | {:.0} | {:.3} s | {:.3} s | {:.3} s |",
             self.bound,
             self.per_second,
-            pct(&self.latencies, 0.5).as_secs_f64(),
-            pct(&self.latencies, 0.9).as_secs_f64(),
-            pct(&self.latencies, 0.99).as_secs_f64()
+            percentile(&self.latencies, 0.5).as_secs_f64(),
+            percentile(&self.latencies, 0.9).as_secs_f64(),
+            percentile(&self.latencies, 0.99).as_secs_f64()
         )
     }
 }
@@ -288,7 +281,7 @@ async fn main() {
         .into_iter()
         .zip(bare_runs().await)
         .map(|(a, b)| {
-            if pct(&a.latencies, 0.5) <= pct(&b.latencies, 0.5) {
+            if percentile(&a.latencies, 0.5) <= percentile(&b.latencies, 0.5) {
                 a
             } else {
                 b

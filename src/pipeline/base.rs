@@ -25,6 +25,7 @@ use crate::apis::{
     Base, Description, DescriptionDeployer, DescriptionSpec, FeedInventory, Globalization,
     Localization, ManagedCluster, Manifest, OverridePolicy, SchedulingStrategy, Subscription,
 };
+use crate::runtime::cache::Shared;
 use crate::runtime::events::Events;
 use crate::runtime::{Runtime, api_code, apply};
 
@@ -53,7 +54,8 @@ struct Ctx {
     localizations: Store<Localization>,
     globalizations: Store<Globalization>,
     clusters: Store<ManagedCluster>,
-    descriptions: Store<Description>,
+    /// The shared cache of Descriptions: read, and told of our own writes.
+    descriptions: Shared<Description>,
     subscriptions: Store<Subscription>,
     inventories: Store<FeedInventory>,
 }
@@ -131,7 +133,7 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         localizations: locs.store.clone(),
         globalizations: globs.store.clone(),
         clusters: clusters.store.clone(),
-        descriptions: descs.store.clone(),
+        descriptions: descs.clone(),
         subscriptions: subs.store.clone(),
         inventories: inventories.store.clone(),
     });
@@ -421,9 +423,10 @@ fn observe(ctx: &Ctx, base: &Base) -> Result<Observed, String> {
     Ok(Observed {
         existing: ctx
             .descriptions
+            .store
             .get(&ObjectRef::new(&generic_name(base)).within(&ns))
             .map(|d| (*d).clone()),
-        ours: ctx.descriptions.state_filter(|d| {
+        ours: ctx.descriptions.store.state_filter(|d| {
             d.namespace().as_deref() == Some(ns.as_str())
                 && d.labels().get(known::CONFIG_UID_LABEL) == Some(&base_uid)
         }),
@@ -514,7 +517,7 @@ async fn apply_descriptions(
                     .await
                     .map_err(fail("creating the Description"))?;
                 // a Push deployer in this process applies it without waiting for the watch
-                ctx.rt.cache.watch::<Description>().observe_write(written);
+                ctx.descriptions.observe_write(written);
                 info!(base = %key, description = %name, "DescriptionCreated");
                 let message = format!("Description {ns}/{name} is created successfully");
                 ctx.events.normal(base, "DescriptionCreated", &message);
@@ -524,7 +527,7 @@ async fn apply_descriptions(
                     .await
                     .map_err(fail("updating the Description"))?;
                 // a Push deployer in this process applies it without waiting for the watch
-                ctx.rt.cache.watch::<Description>().observe_write(written);
+                ctx.descriptions.observe_write(written);
                 info!(base = %key, description = %name, "DescriptionUpdated");
                 let message = format!("Description {ns}/{name} is updated successfully");
                 ctx.events.normal(base, "DescriptionUpdated", &message);

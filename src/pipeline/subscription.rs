@@ -27,7 +27,7 @@ use crate::apis::{
     OverridePolicy, OverrideType, SchedulingStrategy, Subscription,
 };
 use crate::kube_ext::random_suffix;
-use crate::runtime::cache::Expectations;
+use crate::runtime::cache::{Expectations, Shared};
 use crate::runtime::events::Events;
 use crate::runtime::{Runtime, api_code, apply};
 
@@ -53,7 +53,8 @@ pub const FIELD_MANAGER: &str = "clusternet/controller/subscription";
 struct Ctx {
     rt: Runtime,
     events: Events,
-    bases: Store<Base>,
+    /// The shared cache of Bases: read, and told of our own writes.
+    bases: Shared<Base>,
     localizations: Store<Localization>,
     namespaces: Store<Namespace>,
     clusters: Store<ManagedCluster>,
@@ -95,7 +96,7 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     let ctx = Arc::new(Ctx {
         events: Events::new(rt.client.clone(), known::CLUSTERNET_CONTROLLER_MANAGER_NAME),
         rt,
-        bases: bases.store.clone(),
+        bases: bases.clone(),
         localizations: locs.store.clone(),
         namespaces: namespaces.store.clone(),
         clusters: clusters.store.clone(),
@@ -153,9 +154,13 @@ fn sub_labels(sub: &Subscription) -> BTreeMap<String, String> {
 /// The Bases of a Subscription: from the cache, or from the API server while the cache may still
 /// miss one of this reconciler's own writes.
 async fn bases_of(ctx: &Ctx, uid: &str) -> Result<Vec<Base>, kube::Error> {
-    if ctx.expectations.settled(&bases_group(uid), &ctx.bases) {
+    if ctx
+        .expectations
+        .settled(&bases_group(uid), &ctx.bases.store)
+    {
         return Ok(ctx
             .bases
+            .store
             .state()
             .iter()
             .filter(|b| {
@@ -456,7 +461,7 @@ async fn apply_base(
     ctx.expectations
         .written(&bases_group(&uid), Some(&ns), &b.name_any(), before);
     // the Base controller in this process renders it without waiting for the watch
-    ctx.rt.cache.watch::<Base>().observe_write(b.clone());
+    ctx.bases.observe_write(b.clone());
     let base = format!("{ns}/{}", b.name_any());
     info!(subscription = %key(sub), base = %base, "Base{verb}");
     let message = format!("Base {base} is {} successfully", verb.to_lowercase());

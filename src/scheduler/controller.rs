@@ -16,7 +16,9 @@ use kube::runtime::reflector::Store;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
-use super::framework::{BindOutcome, CycleState, Framework, PluginFailure, TargetClusters};
+use super::framework::{
+    BindOutcome, CycleState, Framework, PluginFailure, TargetClusters, cluster_key,
+};
 use super::predictor_client::{self, PredictorRoute};
 use super::queue::SchedulingQueue;
 use super::{FilterOffset, PredictorClient, Profiles, Registry, binder};
@@ -119,10 +121,6 @@ fn facts_of(c: &ManagedCluster) -> ClusterFacts {
         taints: c.spec.taints.clone(),
         ready: ready(c),
     }
-}
-
-fn cluster_key(c: &ManagedCluster) -> String {
-    format!("{}/{}", c.namespace().unwrap_or_default(), c.name_any())
 }
 
 /// The scheduler profiles from `--scheduler-config` (or the defaults); None, logged, when they
