@@ -85,7 +85,7 @@ pub async fn lead(rt: &Runtime, lease_uid: &str, stop: CancellationToken) {
                     async move { crate::tunnel::client::run(config, round, connected).await },
                 )
             });
-        if !nodes.ready().await {
+        if !nodes.ready_until(&stop).await {
             return;
         }
         let ended = status::run(rt, &reg, nodes.store.clone(), predictor, &stop).await;

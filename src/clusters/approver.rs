@@ -53,7 +53,7 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     let shared = rt.cache.watch::<ClusterRegistrationRequest>();
     let clusters = rt.cache.watch::<ManagedCluster>();
     // an empty cache that has not listed yet would look like "no ManagedCluster"
-    if !clusters.ready().await {
+    if !clusters.ready_until(&stop).await {
         return;
     }
     let ctx = Arc::new((rt, clusters.store.clone()));

@@ -60,8 +60,8 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     let secrets = rt
         .cache
         .watch_named::<Secret>(known::CHILD_CLUSTER_SECRET_NAME);
-    let _ = clusters.ready().await;
-    if !secrets.ready().await {
+    let _ = clusters.ready_until(&stop).await;
+    if !secrets.ready_until(&stop).await {
         return;
     }
     let ctx = Arc::new(Ctx {

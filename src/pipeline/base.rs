@@ -71,11 +71,11 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     let inventories = rt.cache.watch::<FeedInventory>();
     // an empty cache that has not listed yet would look like "no Description": never decide from it
     for s in [
-        manifests.ready().await,
-        locs.ready().await,
-        descs.ready().await,
-        subs.ready().await,
-        inventories.ready().await,
+        manifests.ready_until(&stop).await,
+        locs.ready_until(&stop).await,
+        descs.ready_until(&stop).await,
+        subs.ready_until(&stop).await,
+        inventories.ready_until(&stop).await,
     ] {
         if !s {
             return;

@@ -43,7 +43,7 @@ struct Ctx {
 pub async fn run(rt: Runtime, stop: CancellationToken) {
     let manifests = rt.cache.watch::<Manifest>();
     let subs = rt.cache.watch::<Subscription>();
-    if !subs.ready().await {
+    if !subs.ready_until(&stop).await {
         return;
     }
     // a Subscription that goes away (or drops a feed) may release a Manifest being deleted
@@ -124,11 +124,17 @@ async fn reconcile(ctx: &Ctx, m: Arc<Manifest>) -> Result<Action, ProtectionErro
     if !has {
         return Ok(Action::await_change());
     }
-    let holders = if gate {
+    let mut holders = if gate {
         holders(&m, &ctx.subscriptions.state())
     } else {
         Vec::new()
     };
+    if gate && holders.is_empty() {
+        // Releasing the finalizer deletes the user's feed for good, so the cache's "nobody holds
+        // it" is confirmed by a fresh read: a Subscription created a moment ago may not have
+        // reached the watch yet (the Manifest's deletion can overtake it on its own stream).
+        holders = live_holders(ctx, &m).await?;
+    }
     if holders.is_empty() {
         let fins = m
             .finalizers()
@@ -159,6 +165,20 @@ async fn reconcile(ctx: &Ctx, m: Arc<Manifest>) -> Result<Action, ProtectionErro
     }
     // the Subscriptions' changes re-trigger this; the requeue is a safety net
     Ok(Action::requeue(Duration::from_secs(60)))
+}
+
+/// [`holders`] over a quorum read of every Subscription (rare: only when a held feed is about to go).
+async fn live_holders(ctx: &Ctx, m: &Manifest) -> Result<Vec<String>, ProtectionError> {
+    let subs = Api::<Subscription>::all(ctx.rt.client.clone())
+        .list(&Default::default())
+        .await
+        .map_err(|source| ProtectionError::Api {
+            manifest: key(m),
+            what: "listing the Subscriptions that may still use it",
+            source,
+        })?;
+    let subs: Vec<Arc<Subscription>> = subs.items.into_iter().map(Arc::new).collect();
+    Ok(holders(m, &subs))
 }
 
 async fn patch_finalizers(

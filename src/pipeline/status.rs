@@ -51,7 +51,7 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     let descs = rt.cache.watch::<Description>();
     let clusters = rt.cache.watch::<ManagedCluster>();
     let manifests = rt.cache.watch::<Manifest>();
-    if !manifests.ready().await {
+    if !manifests.ready_until(&stop).await {
         return;
     }
     // a feed created (or deleted) after its Subscription changes what the status says about it

@@ -78,10 +78,10 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     let clusters = rt.cache.watch::<ManagedCluster>();
     // an empty cache that has not listed yet would look like "no Bases": never decide from it
     for ready in [
-        bases.ready().await,
-        locs.ready().await,
-        namespaces.ready().await,
-        clusters.ready().await,
+        bases.ready_until(&stop).await,
+        locs.ready_until(&stop).await,
+        namespaces.ready_until(&stop).await,
+        clusters.ready_until(&stop).await,
     ] {
         if !ready {
             return;

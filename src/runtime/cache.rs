@@ -19,7 +19,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
-use tracing::debug;
+use tracing::{debug, warn};
 
 use super::health::Readiness;
 
@@ -62,6 +62,15 @@ where
     pub async fn ready(&self) -> bool {
         let mut rx = self.ready.clone();
         rx.wait_for(|r| *r).await.is_ok()
+    }
+
+    /// [`Shared::ready`], or false as soon as `stop` is cancelled: leader work that lost its lease
+    /// stops at once even while waiting for a kind that never lists.
+    pub async fn ready_until(&self, stop: &CancellationToken) -> bool {
+        tokio::select! {
+            r = self.ready() => r && !stop.is_cancelled(),
+            _ = stop.cancelled() => false,
+        }
     }
 
     /// Takes the API server's answer to this process's own write of `obj` into the cache at once,
@@ -203,16 +212,28 @@ impl SharedCache {
         let counter_store = store.clone();
         tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
+            // a failing watch is said once at warn (then at debug until it recovers): a missing
+            // CRD must be visible without debug logs, but not once a second
+            let mut failing = false;
             loop {
                 tokio::select! {
                     _ = shutdown.cancelled() => break,
                     ev = stream.next() => match ev {
                         Some(Ok(ev)) => {
+                            failing = false;
                             let touched = reflect(&watch_writer, &watch_store, ev);
                             objects.set(counter_store.state().len() as f64);
                             if let Some(obj) = touched {
                                 // no subscriber yet is fine: they start from the store
                                 let _ = sender.send(Arc::new(obj));
+                            }
+                        }
+                        Some(Err(e)) if !failing => {
+                            failing = true;
+                            if watch_error_is_not_found(&e) {
+                                warn!(kind = %kind, "the API server does not serve this kind: is its CRD installed (kubectl apply -f crds/)? waiting for it");
+                            } else {
+                                warn!(kind = %kind, error = %e, "watch failed; retrying with backoff");
                             }
                         }
                         Some(Err(e)) => debug!(kind = %kind, error = %e, "watch error (retrying with backoff)"),
@@ -224,9 +245,15 @@ impl SharedCache {
         let ready_store = store.clone();
         let check = self.readiness.register(format!("informer-sync:{key}"));
         let (ready_tx, ready) = tokio::sync::watch::channel(false);
+        let ready_shutdown = self.shutdown.clone();
         tokio::spawn(async move {
-            // the only waiter on this store (see `Shared::ready`)
-            if ready_store.wait_until_ready().await.is_ok() {
+            // the only waiter on this store (see `Shared::ready`); on shutdown the sender goes, so
+            // waiters on a kind that never listed (its CRD missing) hear `false` instead of hanging
+            let listed = tokio::select! {
+                r = ready_store.wait_until_ready() => r.is_ok(),
+                _ = ready_shutdown.cancelled() => false,
+            };
+            if listed {
                 check.set(true);
                 let _ = ready_tx.send(true);
                 // keep the sender alive so late waiters still see `true`
@@ -241,6 +268,16 @@ impl SharedCache {
         };
         entries.insert(key, Box::new(shared.clone()));
         shared
+    }
+}
+
+/// A 404 on list or watch: the kind is not served (no CRD, or the API group is absent).
+fn watch_error_is_not_found(e: &watcher::Error) -> bool {
+    match e {
+        watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+        | watcher::Error::WatchFailed(kube::Error::Api(s)) => s.code == 404,
+        _ => false,
     }
 }
 

@@ -130,7 +130,7 @@ pub async fn run_with<K, R, Fut, E, S>(
     Fut: Future<Output = Result<Action, E>> + Send + 'static,
     E: std::error::Error + Send + Sync + 'static,
 {
-    if !shared.ready().await {
+    if !shared.ready_until(&stop).await {
         return;
     }
     let reconcile = Arc::new(reconcile);

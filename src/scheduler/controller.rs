@@ -235,9 +235,9 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         inventories: rt.cache.watch::<FeedInventory>(),
     };
     for ready in [
-        caches.subs.ready().await,
-        caches.clusters.ready().await,
-        caches.inventories.ready().await,
+        caches.subs.ready_until(&stop).await,
+        caches.clusters.ready_until(&stop).await,
+        caches.inventories.ready_until(&stop).await,
     ] {
         if !ready {
             return;
