@@ -221,6 +221,16 @@ pub struct RunFlags {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cluster_recovery_grace: Option<String>,
+    /// Agent (Pull) and controller (Push): how often applied objects are compared with their
+    /// desired state besides what the child's watches report, e.g. 10m
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drift_resync: Option<String>,
+    /// Agent (Pull) and controller (Push): field managers whose take-over of a field is left to
+    /// them, comma-separated (default: the autoscalers and kube-controller-manager)
+    #[arg(long, value_delimiter = ',')]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retain_managers: Option<Vec<String>>,
     /// Agent: node label share above which a label is aggregated onto the cluster
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -145,6 +145,14 @@ pub struct Config {
     /// running there) until it has been Ready again for this long and is still not bound.
     #[serde(with = "go_duration")]
     pub cluster_recovery_grace: Duration,
+    /// The deploying side (agent in Pull, controller in Push): how often every applied object is
+    /// compared with its desired state even when its watch said nothing (a safety net: drift is
+    /// seen through watches at once). A comparison writes nothing unless something drifted.
+    #[serde(with = "go_duration")]
+    pub drift_resync: Duration,
+    /// The deploying side: field managers of the child whose take-over of a field Clusternet
+    /// applied is left to them (autoscalers, the built-in controllers).
+    pub retain_managers: Vec<String>,
     pub labels_aggregate_threshold: f64,
     pub predictor_port: u16,
     pub predictor_addr: Option<String>,
@@ -200,6 +208,11 @@ impl Default for Config {
             cluster_status_collect_frequency: Duration::from_secs(20),
             cluster_health_failure_window: Duration::from_secs(40),
             cluster_recovery_grace: Duration::from_secs(60),
+            drift_resync: Duration::from_secs(600),
+            retain_managers: crate::deployer::drift::DEFAULT_RETAIN_MANAGERS
+                .iter()
+                .map(|m| m.to_string())
+                .collect(),
             labels_aggregate_threshold: 0.8,
             predictor_port: 8080,
             predictor_addr: None,

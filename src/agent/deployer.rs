@@ -31,6 +31,7 @@ struct Pull {
     api: Api<Description>,
     store: kube::runtime::reflector::Store<Description>,
     backoff: Backoff,
+    resync: std::time::Duration,
 }
 
 /// The child client objects are applied with: the `clusternet-app-deployer` token when present.
@@ -63,7 +64,14 @@ pub async fn run(rt: &Runtime, reg: &Registration, stop: CancellationToken) {
         return;
     }
     info!(namespace = %reg.namespace, "deploying Descriptions into this cluster (Pull)");
-    let child = Arc::new(ChildCluster::new(child_client(rt).await, FIELD_MANAGER));
+    let (touched, heard) = tokio::sync::mpsc::unbounded_channel();
+    let child = Arc::new(ChildCluster::new(
+        child_client(rt).await,
+        FIELD_MANAGER,
+        reg.cluster_id.clone(),
+        rt.config.retain_managers.clone(),
+        Some(touched),
+    ));
     let api: Api<Description> = Api::namespaced(reg.parent.clone(), &reg.namespace);
     let controller = Controller::new(api.clone(), watcher::Config::default());
     // every Description of this cluster's namespace: objects two of them share stay until both let go
@@ -76,9 +84,12 @@ pub async fn run(rt: &Runtime, reg: &Registration, stop: CancellationToken) {
         api,
         store,
         backoff: backoff.clone(),
+        resync: rt.config.drift_resync,
     });
     controller
         .with_config(controller::Config::default().concurrency(4))
+        // a change to an applied object in the child looks at its Description again
+        .reconcile_on(crate::deployer::generic::touched_stream(heard))
         .graceful_shutdown_on(async move { stop.cancelled().await })
         .run(
             |desc, ctx: Arc<Pull>| async move {
@@ -89,6 +100,7 @@ pub async fn run(rt: &Runtime, reg: &Registration, stop: CancellationToken) {
                     desc,
                     &ctx.store.state(),
                     &ctx.events,
+                    ctx.resync,
                 )
                 .await;
                 if r.is_ok() {

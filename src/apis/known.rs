@@ -84,6 +84,16 @@ pub const FEED_PROTECTION_ANNOTATION: &str = "apps.clusternet.io/feed-protection
 pub const SKIP_VALIDATING_ANNOTATION: &str = "apps.clusternet.io/skip-validating";
 /// On every object applied to a child: `<descriptionNamespace>.<descriptionName>`.
 pub const OBJECT_OWNED_BY_DESCRIPTION_ANNOTATION: &str = "apps.clusternet.io/owned-by-description";
+/// Label on every object applied to a child (clusternet-rs): the owner annotation's value when
+/// it is a valid label value, else a digest of it. Selectable, unlike the annotation: the
+/// deploying side watches the child's objects that carry it.
+pub const OBJECT_OWNED_BY_DESCRIPTION_LABEL: &str = "apps.clusternet.io/owned-by-description";
+/// On a Subscription (copied to its Bases and Descriptions): what to do when an object is changed
+/// in a child behind Clusternet's back: `Repair` (default), `Report` or `Ignore`.
+pub const DRIFT_POLICY_ANNOTATION: &str = "apps.clusternet.io/drift-policy";
+/// On a Subscription (copied to its Bases and Descriptions): comma-separated field paths
+/// (`spec.replicas`, `metadata.annotations.team`) that Clusternet leaves to whoever changes them.
+pub const RETAIN_FIELDS_ANNOTATION: &str = "apps.clusternet.io/retain-fields";
 /// On every object applied to a child: the JSON used as "original" in three-way patches.
 pub const LAST_APPLIED_CONFIG_ANNOTATION: &str = "clusternet.io/last-applied-configuration";
 /// `"true"` on a Subscription (copied to its Bases): the default cluster-init workload.

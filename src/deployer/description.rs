@@ -1,6 +1,6 @@
 //! Reconciling one Generic Description against its child (docs/spec/deployer.md §8, §10, §11):
 //! apply, prune, record per-object status (`status.manifestStatuses`, phase, reason), repair drift
-//! by re-applying periodically, and on deletion remove the objects before releasing the finalizer.
+//! (seen through the child's watches, repaired or reported by policy), and on deletion remove the objects before releasing the finalizer.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +13,8 @@ use tracing::{info, warn};
 
 use super::generic::{ChildCluster, Outcome};
 use crate::apis::known;
-use crate::apis::{Description, DescriptionDeployer, DescriptionPhase, DescriptionStatus};
+use crate::apis::{Description, DescriptionDeployer, DescriptionPhase, DescriptionStatus, Drift};
+use crate::kube_ext::object_ref::ObjectRef;
 use crate::runtime::api_code;
 use crate::runtime::events::Events;
 
@@ -30,9 +31,61 @@ pub enum DeployError {
     Offload { desc: String, message: String },
 }
 
-/// How often a Description is looked at again: soon while workloads settle, then for drift.
+/// How often a Description is looked at again when the child's watches cannot tell of changes
+/// (a kind whose watch has not listed yet): soon while workloads settle, then for drift.
 const UNSETTLED: Duration = Duration::from_secs(2);
 const SETTLED: Duration = Duration::from_secs(20);
+/// After a failed apply.
+const FAILED: Duration = Duration::from_secs(5);
+/// Watched, still settling: the watch tells of status changes; this is only a safety net.
+const WATCHED_UNSETTLED: Duration = Duration::from_secs(30);
+
+/// When to look at a Description again without being told: writes happen only on drift, so the
+/// resync of a watched, settled Description is cheap and rare.
+pub fn next_look(outcome: &Outcome, resync: Duration) -> Duration {
+    match (outcome.errors.is_empty(), outcome.watched, outcome.settled) {
+        (false, _, _) => FAILED,
+        (true, false, false) => UNSETTLED,
+        (true, false, true) => SETTLED,
+        (true, true, false) => WATCHED_UNSETTLED.min(resync),
+        (true, true, true) => resync,
+    }
+}
+
+/// The events and log line of one drift.
+pub fn drift_note(object: &ObjectRef, d: &Drift) -> (&'static str, String) {
+    let what = if d.deleted {
+        "deleted in the child".to_string()
+    } else {
+        d.fields
+            .iter()
+            .map(|f| {
+                let by = if f.manager.is_empty() {
+                    "removed".to_string()
+                } else {
+                    format!(
+                        "changed by {} ({}) at {}",
+                        f.manager, f.operation, f.changed_at
+                    )
+                };
+                format!(
+                    "{} {by}: desired {:?}, live {:?}",
+                    f.path, f.desired, f.live
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    let (reason, done) = match d.action.as_str() {
+        "Repaired" => ("DriftRepaired", "repaired"),
+        "RepairPaused" => (
+            "DriftRepairPaused",
+            "repairs paused: something in the child keeps changing it back",
+        ),
+        _ => ("DriftDetected", "left as it is (drift policy Report)"),
+    };
+    (reason, format!("{} {what}; {done}", object.display()))
+}
 
 fn key(d: &Description) -> String {
     format!("{}/{}", d.namespace().unwrap_or_default(), d.name_any())
@@ -154,6 +207,7 @@ pub async fn reconcile(
     desc: Arc<Description>,
     siblings: &[Arc<Description>],
     events: &Events,
+    resync: Duration,
 ) -> Result<Action, DeployError> {
     let elsewhere = super::generic::wanted_elsewhere(&desc, siblings.iter().map(|d| d.as_ref()));
     match start(&desc) {
@@ -176,11 +230,19 @@ pub async fn reconcile(
     let outcome = child
         .apply(&desc, &previous.manifest_statuses, &elsewhere)
         .await;
-    let next = if outcome.settled && outcome.errors.is_empty() {
-        SETTLED
-    } else {
-        UNSETTLED
-    };
+    let next = next_look(&outcome, resync);
+    for (object, d) in &outcome.drifts {
+        let (reason, note) = drift_note(object, d);
+        warn!(description = %key(&desc), %note, "{reason}");
+        // the Subscription hears of it from the controller's status aggregation, which may
+        // write events in its namespace (an agent may not)
+        events.warn(desc.as_ref(), reason, &note);
+    }
+    if outcome.writes > 0 {
+        for note in &outcome.notes {
+            events.warn(desc.as_ref(), "InvalidDriftPolicy", note);
+        }
+    }
     let Some((status, report)) = plan_status(&previous, outcome) else {
         return Ok(Action::requeue(next));
     };
@@ -236,9 +298,11 @@ mod tests {
             statuses: vec![ManifestStatus {
                 feed: Feed::new("v1", "ConfigMap", "demo", "a"),
                 observed_status: None,
+                ..Default::default()
             }],
             errors: errors.iter().map(|e| e.to_string()).collect(),
             settled: true,
+            ..Default::default()
         }
     }
 

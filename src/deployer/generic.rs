@@ -1,13 +1,15 @@
 //! Generic deployment of a Description's objects into a child (docs/spec/deployer.md §8):
-//! each object is prepared (ownership annotations, `clusternet.io/last-applied-configuration`)
+//! each object is prepared (ownership annotation and label, `clusternet.io/last-applied-configuration`)
 //! and applied with server-side apply under a `clusternet/...` field manager; Namespaces and CRDs
 //! go first. Objects that were applied before but are no longer desired are pruned; deleting a
-//! Description deletes its objects. Conflicts with other field managers are reported, except that
-//! fields owned by the child's own autoscalers are left to them, and an object this Description
-//! already owns is taken back (drift repair).
+//! Description deletes its objects. An object whose desired state is what was applied last is not
+//! applied again: the child's watch (see [`super::watch`]) shows its live state, and only drift,
+//! decided from field ownership ([`super::drift`]), leads to a write, or to a report, by the
+//! Description's drift policy. Fields the child's own controllers took over are left to them.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::ByteString;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
@@ -16,21 +18,14 @@ use kube::discovery::{ApiCapabilities, Scope};
 use kube::{Client, ResourceExt};
 use serde_json::Value;
 use tokio::sync::Mutex;
+use tokio::sync::mpsc::UnboundedSender;
 
+use super::drift::{self, Check, Retain, Seg};
+use super::watch::{Live, Touched, Watches};
 use crate::apis::known;
-use crate::apis::{Description, Feed, ManifestStatus};
+use crate::apis::{Description, Drift, Feed, ManifestStatus, RetainedField};
 use crate::kube_ext::object_ref::ObjectRef;
 use crate::runtime::api_code;
-
-/// Field managers of the child's own controllers whose fields we never take over (an HPA owns
-/// `spec.replicas`, for instance).
-const YIELD_TO: &[&str] = &[
-    "horizontal-pod-autoscaler",
-    "vpa-updater",
-    "vpa-recommender",
-    "cluster-autoscaler",
-    "keda-operator",
-];
 
 /// The reference of a Manifest status entry (what was deployed before).
 fn ref_of_status(s: &ManifestStatus) -> ObjectRef {
@@ -93,13 +88,109 @@ pub struct Outcome {
     pub errors: Vec<String>,
     /// Every applied object reports itself settled (workloads fully available).
     pub settled: bool,
+    /// Every object's live state came from a watch that had listed (changes will be heard of).
+    pub watched: bool,
+    /// Drift seen this time (not seen before): object and what was found and done.
+    pub drifts: Vec<(ObjectRef, Drift)>,
+    /// Things the user should know that fail nothing (an unknown drift policy).
+    pub notes: Vec<String>,
+    /// Writes sent to the child (applies of objects), for the idle-writes figure.
+    pub writes: usize,
 }
 
-/// A child cluster as a deployer sees it: a client and a discovery cache.
+/// How many repairs of one object within [`FIGHT_WINDOW`] mean something in the child keeps
+/// changing it back: repairs then pause until the window has passed (no write loop).
+const FIGHT_REPAIRS: usize = 5;
+const FIGHT_WINDOW: Duration = Duration::from_secs(60);
+
+/// A child cluster as a deployer sees it: a client, a discovery cache and its watches.
 pub struct ChildCluster {
     client: Client,
     field_manager: String,
+    /// The cluster's ID, for metrics.
+    cluster: String,
+    retain_managers: Vec<String>,
     discovery: Mutex<HashMap<(String, String), (ApiResource, ApiCapabilities)>>,
+    watches: Watches,
+    /// Recent repair times per object, to notice a fight.
+    repairs: std::sync::Mutex<HashMap<String, Vec<Instant>>>,
+}
+
+/// What to do with one object, decided from its desired and live states.
+#[derive(Debug, PartialEq)]
+pub enum ObjectPlan {
+    /// Apply it: it is new, its desired state changed, or its live state is not known.
+    Apply { leave_out: Vec<Vec<Seg>> },
+    /// Nothing to write: every field applied is still ours (or retained).
+    InSync { retained: Vec<RetainedField> },
+    /// Changed behind our back (or deleted): repair, report or ignore, by policy.
+    Drifted { check: Check, deleted: bool },
+}
+
+/// [`ObjectPlan`] for one prepared object; `live` is `None` when the watch cannot tell,
+/// `deployed_before` whether a previous status lists it (so its absence is a deletion).
+pub fn plan_object(
+    prepared: &Value,
+    live: Option<Option<&Value>>,
+    deployed_before: bool,
+    field_manager: &str,
+    retain: &Retain,
+) -> ObjectPlan {
+    let Some(live) = live else {
+        return ObjectPlan::Apply {
+            leave_out: Vec::new(),
+        };
+    };
+    let Some(live) = live else {
+        return if deployed_before {
+            ObjectPlan::Drifted {
+                check: Check::default(),
+                deleted: true,
+            }
+        } else {
+            ObjectPlan::Apply {
+                leave_out: Vec::new(),
+            }
+        };
+    };
+    let snapshot = |o: &Value| {
+        o.pointer("/metadata/annotations")
+            .and_then(|a| a.get(known::LAST_APPLIED_CONFIG_ANNOTATION))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    let c = drift::check(prepared, live, field_manager, retain, &[]);
+    if snapshot(prepared) != snapshot(live) {
+        // what we want changed (or someone else's object of that name): apply, leaving the
+        // retained fields to their owners
+        return ObjectPlan::Apply {
+            leave_out: c.leave_out,
+        };
+    }
+    if c.drifted.is_empty() {
+        ObjectPlan::InSync {
+            retained: c.retained,
+        }
+    } else {
+        ObjectPlan::Drifted {
+            check: c,
+            deleted: false,
+        }
+    }
+}
+
+/// The drift record to keep: the previous one when nothing new was seen (or the same drift is
+/// seen again, e.g. under Report), else the new one (then also returned as news).
+fn drift_record(previous: Option<&Drift>, seen: Option<Drift>) -> (Option<Drift>, Option<Drift>) {
+    match (previous, seen) {
+        (prev, None) => (prev.cloned(), None),
+        (Some(p), Some(s))
+            if p.action == s.action && p.deleted == s.deleted && p.fields == s.fields =>
+        {
+            (Some(p.clone()), None)
+        }
+        (_, Some(s)) => (Some(s.clone()), Some(s)),
+    }
 }
 
 fn kind_rank(kind: &str) -> u8 {
@@ -134,11 +225,25 @@ pub fn prepare(obj: &Value, desc_namespace: &str, desc_name: &str) -> Value {
         if !ann.is_object() {
             *ann = Value::Object(Default::default());
         }
+        let owner = format!("{desc_namespace}.{desc_name}");
         if let Some(a) = ann.as_object_mut() {
             a.remove(known::KUBECTL_LAST_APPLIED_CONFIG_ANNOTATION);
             a.insert(
                 known::OBJECT_OWNED_BY_DESCRIPTION_ANNOTATION.to_string(),
-                Value::String(format!("{desc_namespace}.{desc_name}")),
+                Value::String(owner.clone()),
+            );
+        }
+        // selectable, so the child's watches see only what Clusternet applied
+        let labels = meta
+            .entry("labels")
+            .or_insert_with(|| Value::Object(Default::default()));
+        if !labels.is_object() {
+            *labels = Value::Object(Default::default());
+        }
+        if let Some(l) = labels.as_object_mut() {
+            l.insert(
+                known::OBJECT_OWNED_BY_DESCRIPTION_LABEL.to_string(),
+                Value::String(super::watch::owner_label_value(&owner)),
             );
         }
     }
@@ -157,8 +262,8 @@ pub fn prepare(obj: &Value, desc_namespace: &str, desc_name: &str) -> Value {
 }
 
 /// Workload-style readiness of an object's live status, for deciding how soon to look again.
-fn settled(kind: &str, obj: &DynamicObject) -> bool {
-    let status = obj.data.get("status");
+fn settled_value(kind: &str, obj: &Value) -> bool {
+    let status = obj.get("status");
     let get = |p: &str| {
         status
             .and_then(|s| s.pointer(p))
@@ -166,7 +271,6 @@ fn settled(kind: &str, obj: &DynamicObject) -> bool {
             .unwrap_or(0)
     };
     let want = obj
-        .data
         .pointer("/spec/replicas")
         .and_then(Value::as_i64)
         .unwrap_or(1);
@@ -178,13 +282,47 @@ fn settled(kind: &str, obj: &DynamicObject) -> bool {
     }
 }
 
+/// What [`ChildCluster::bring`] found and did for one object.
+#[derive(Debug, Default)]
+struct Brought {
+    settled: bool,
+    observed_status: Option<Value>,
+    watched: bool,
+    retained: Vec<RetainedField>,
+    drift: Option<Drift>,
+    wrote: bool,
+}
+
 impl ChildCluster {
-    pub fn new(client: Client, field_manager: impl Into<String>) -> Self {
+    /// `notify` hears of changes to the applied objects (see [`Watches`]); `None` watches nothing.
+    pub fn new(
+        client: Client,
+        field_manager: impl Into<String>,
+        cluster: impl Into<String>,
+        retain_managers: Vec<String>,
+        notify: Option<UnboundedSender<Touched>>,
+    ) -> Self {
         ChildCluster {
+            watches: Watches::new(client.clone(), notify),
             client,
             field_manager: field_manager.into(),
+            cluster: cluster.into(),
+            retain_managers,
             discovery: Mutex::new(HashMap::new()),
+            repairs: Default::default(),
         }
+    }
+
+    /// Whether repairing `object` now would be one repair too many within the fight window.
+    fn fighting(&self, object: &str) -> bool {
+        let mut repairs = self.repairs.lock().unwrap_or_else(|p| p.into_inner());
+        let times = repairs.entry(object.to_string()).or_default();
+        times.retain(|t| t.elapsed() < FIGHT_WINDOW);
+        if times.len() >= FIGHT_REPAIRS {
+            return true;
+        }
+        times.push(Instant::now());
+        false
     }
 
     /// The field manager of this deployer's applies (also of the Description status it reports).
@@ -240,10 +378,16 @@ impl ChildCluster {
         r: &ObjectRef,
         obj: &Value,
         owner: &str,
+        force: bool,
     ) -> Result<DynamicObject, String> {
         let api = self.api_for(r).await?;
         let params = PatchParams::apply(&self.field_manager);
-        match api.patch(&r.name, &params, &Patch::Apply(obj)).await {
+        let first = if force {
+            params.clone().force()
+        } else {
+            params.clone()
+        };
+        match api.patch(&r.name, &first, &Patch::Apply(obj)).await {
             Ok(o) => Ok(o),
             Err(kube::Error::Api(s)) if s.code == 409 => {
                 // who holds the conflicting fields?
@@ -259,7 +403,8 @@ impl ChildCluster {
                 let mut desired = obj.clone();
                 let mut others = Vec::new();
                 for cause in s.details.iter().flat_map(|d| d.causes.iter()) {
-                    let yielded = YIELD_TO
+                    let yielded = self
+                        .retain_managers
                         .iter()
                         .any(|m| cause.message.contains(&format!("\"{m}\"")));
                     if yielded {
@@ -288,24 +433,29 @@ impl ChildCluster {
         }
     }
 
-    /// Applies every object of the Description (Namespaces and CRDs first), prunes objects that were
-    /// applied before (`previous`) and are no longer desired (unless another Description of this
-    /// child still wants them: `elsewhere`), and reports per-object results.
+    /// Brings every object of the Description (Namespaces and CRDs first) to its desired state,
+    /// prunes objects that were applied before (`previous`) and are no longer desired (unless
+    /// another Description of this child still wants them: `elsewhere`), and reports per-object
+    /// results. An object is written only when it is new, its desired state changed, its live
+    /// state is unknown, or it drifted and the policy says Repair.
     pub async fn apply(
         &self,
         desc: &Description,
         previous: &[ManifestStatus],
         elsewhere: &[Wanted],
     ) -> Outcome {
-        let owner = format!(
-            "{}.{}",
-            desc.namespace().unwrap_or_default(),
-            desc.name_any()
-        );
+        let ns = desc.namespace().unwrap_or_default();
+        let owner = format!("{ns}.{}", desc.name_any());
         let mut out = Outcome {
             settled: true,
+            watched: true,
             ..Default::default()
         };
+        let policy = drift::Policy::of(desc.annotations()).unwrap_or_else(|note| {
+            out.notes.push(note);
+            drift::Policy::Repair
+        });
+        let retain = Retain::new(&self.retain_managers, desc.annotations());
         let mut objects: Vec<(ObjectRef, Value)> = Vec::new();
         for (i, raw) in desc.spec.raw.iter().enumerate() {
             match serde_json::from_slice::<Value>(&raw.0) {
@@ -320,17 +470,32 @@ impl ChildCluster {
         }
         objects.sort_by_key(|(r, _)| kind_rank(&r.kind));
         for (r, v) in &objects {
-            let prepared = prepare(v, &desc.namespace().unwrap_or_default(), &desc.name_any());
-            match self.apply_one(r, &prepared, &owner).await {
-                Ok(live) => {
-                    out.settled &= settled(&r.kind, &live);
+            let prepared = prepare(v, &ns, &desc.name_any());
+            let before = previous.iter().find(|p| ref_of_status(p).same_object(r));
+            match self
+                .bring(r, &prepared, &owner, before, policy, &retain)
+                .await
+            {
+                Ok(done) => {
+                    out.settled &= done.settled;
+                    out.watched &= done.watched;
+                    out.writes += usize::from(done.wrote);
+                    let (drift, news) =
+                        drift_record(before.and_then(|b| b.drift.as_ref()), done.drift);
+                    if let Some(news) = news {
+                        metrics::counter!("clusternet_drift_detected_total", "cluster" => self.cluster.clone(), "kind" => r.kind.clone()).increment(1);
+                        out.drifts.push((r.clone(), news));
+                    }
                     out.statuses.push(ManifestStatus {
                         feed: Feed::new(&r.api_version, &r.kind, &r.namespace, &r.name),
-                        observed_status: live.data.get("status").cloned(),
+                        observed_status: done.observed_status,
+                        drift,
+                        retained: done.retained,
                     });
                 }
                 Err(e) => {
                     out.settled = false;
+                    out.watched = false;
                     out.errors.push(format!("{}: {e}", r.display()));
                 }
             }
@@ -348,6 +513,94 @@ impl ChildCluster {
             }
         }
         out
+    }
+
+    /// One object of [`ChildCluster::apply`]: plan from the watch's view, then write if needed.
+    async fn bring(
+        &self,
+        r: &ObjectRef,
+        prepared: &Value,
+        owner: &str,
+        before: Option<&ManifestStatus>,
+        policy: drift::Policy,
+        retain: &Retain,
+    ) -> Result<Brought, String> {
+        let (ar, caps) = self.resolve(&r.api_version, &r.kind).await?;
+        self.watches.ensure(&ar, &caps);
+        let live = match self
+            .watches
+            .live(&r.api_version, &r.kind, &r.namespace, &r.name)
+        {
+            Live::Unknown => None,
+            Live::Absent => Some(None),
+            Live::Present(o) => Some(Some(
+                serde_json::to_value(o.as_ref()).map_err(|e| e.to_string())?,
+            )),
+        };
+        let watched = live.is_some();
+        let plan = plan_object(
+            prepared,
+            live.as_ref().map(Option::as_ref),
+            before.is_some(),
+            &self.field_manager,
+            retain,
+        );
+        let from_live = |retained: Vec<RetainedField>| {
+            let l = live.as_ref().and_then(Option::as_ref);
+            Brought {
+                settled: l.is_some_and(|l| settled_value(&r.kind, l)),
+                observed_status: l.and_then(|l| l.get("status").cloned()),
+                watched,
+                retained,
+                ..Default::default()
+            }
+        };
+        let (leave, force, drift) = match plan {
+            ObjectPlan::InSync { retained } => return Ok(from_live(retained)),
+            ObjectPlan::Apply { leave_out } => (leave_out, false, None),
+            ObjectPlan::Drifted { check, deleted } => {
+                let mut record = Drift {
+                    action: String::new(),
+                    detected_at: k8s_openapi::jiff::Timestamp::now().to_string(),
+                    deleted,
+                    fields: check.drifted.clone(),
+                };
+                match policy {
+                    drift::Policy::Ignore => return Ok(from_live(check.retained)),
+                    drift::Policy::Report => {
+                        record.action = "Reported".into();
+                        let mut b = from_live(check.retained);
+                        b.drift = Some(record);
+                        return Ok(b);
+                    }
+                    drift::Policy::Repair if self.fighting(&format!("{owner}/{}", r.display())) => {
+                        record.action = "RepairPaused".into();
+                        let mut b = from_live(check.retained);
+                        b.drift = Some(record);
+                        return Ok(b);
+                    }
+                    drift::Policy::Repair => {
+                        record.action = "Repaired".into();
+                        (check.leave_out, true, Some(record))
+                    }
+                }
+            }
+        };
+        let mut body = prepared.clone();
+        for p in &leave {
+            drift::leave_out(&mut body, p);
+        }
+        let applied = self.apply_one(r, &body, owner, force).await?;
+        let value = serde_json::to_value(&applied).map_err(|e| e.to_string())?;
+        let retained = drift::check(prepared, &value, &self.field_manager, retain, &[]).retained;
+        Ok(Brought {
+            settled: settled_value(&r.kind, &value),
+            observed_status: value.get("status").cloned(),
+            watched,
+            retained,
+            drift,
+            wrote: true,
+        })
     }
 
     /// Deletes one object if this Description owns it (never someone else's object of the same
@@ -374,8 +627,9 @@ impl ChildCluster {
             return Ok(());
         }
         if let Some(heir) = elsewhere.iter().find(|w| w.object.same_object(r)) {
-            let patch = serde_json::json!({"metadata": {"annotations": {
-                known::OBJECT_OWNED_BY_DESCRIPTION_ANNOTATION: heir.owner}}});
+            let patch = serde_json::json!({"metadata": {
+                "annotations": {known::OBJECT_OWNED_BY_DESCRIPTION_ANNOTATION: heir.owner},
+                "labels": {known::OBJECT_OWNED_BY_DESCRIPTION_LABEL: super::watch::owner_label_value(&heir.owner)}}});
             return match api
                 .patch(&r.name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
@@ -474,14 +728,26 @@ pub fn to_raw(objects: &[Value]) -> Vec<ByteString> {
 /// A child client and the credentials fingerprint it was built from.
 type Fingerprinted = (String, Arc<ChildCluster>);
 
-/// Shared child clusters by cluster ID (the parent's Push deployer keeps one per child).
-#[derive(Default, Clone)]
+/// Shared child clusters by cluster ID (the parent's Push deployer keeps one per child), whose
+/// watches all report to one `notify`.
+#[derive(Clone)]
 pub struct ChildCache {
     inner: Arc<Mutex<BTreeMap<String, Fingerprinted>>>,
+    notify: Option<UnboundedSender<Touched>>,
+    retain_managers: Vec<String>,
 }
 
 impl ChildCache {
-    /// The child for `cluster_id`, rebuilt when its credentials (`fingerprint`) changed.
+    pub fn new(notify: Option<UnboundedSender<Touched>>, retain_managers: Vec<String>) -> Self {
+        ChildCache {
+            inner: Default::default(),
+            notify,
+            retain_managers,
+        }
+    }
+
+    /// The child for `cluster_id`, rebuilt when its credentials (`fingerprint`) changed (the old
+    /// one's watches stop when the last user lets go of it).
     pub async fn get_or_build(
         &self,
         cluster_id: &str,
@@ -495,10 +761,30 @@ impl ChildCache {
         {
             return Ok(c.clone());
         }
-        let c = Arc::new(ChildCluster::new(build()?, field_manager));
+        let c = Arc::new(ChildCluster::new(
+            build()?,
+            field_manager,
+            cluster_id,
+            self.retain_managers.clone(),
+            self.notify.clone(),
+        ));
         m.insert(cluster_id.to_string(), (fingerprint.to_string(), c.clone()));
         Ok(c)
     }
+}
+
+/// A stream of the Descriptions the child watches name, for a controller's `reconcile_on`.
+pub fn touched_stream(
+    rx: tokio::sync::mpsc::UnboundedReceiver<Touched>,
+) -> impl futures::Stream<Item = kube::runtime::reflector::ObjectRef<Description>> + Send + 'static
+{
+    futures::stream::unfold(rx, |mut rx| async move {
+        let (ns, name) = rx.recv().await?;
+        Some((
+            kube::runtime::reflector::ObjectRef::new(&name).within(&ns),
+            rx,
+        ))
+    })
 }
 
 #[cfg(test)]
@@ -594,6 +880,80 @@ mod tests {
             ]
         );
         assert!(wanted_elsewhere(&b, [&a, &b, &going]).is_empty());
+    }
+
+    #[test]
+    fn an_object_is_written_only_when_new_changed_unknown_or_drifted() {
+        let us = "clusternet/agent/deployer";
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "ns"}, "data": {"a": "b"}});
+        let desired = prepare(&cm, "clusternet-x", "d-generic");
+        let retain = Retain::default();
+        let apply = ObjectPlan::Apply { leave_out: vec![] };
+        // the watch cannot tell, or it is new
+        assert_eq!(plan_object(&desired, None, true, us, &retain), apply);
+        assert_eq!(plan_object(&desired, Some(None), false, us, &retain), apply);
+        // gone although deployed before: deleted by hand
+        assert!(matches!(
+            plan_object(&desired, Some(None), true, us, &retain),
+            ObjectPlan::Drifted { deleted: true, .. }
+        ));
+        // live as applied, all fields ours: nothing to write
+        let mut live = desired.clone();
+        live["metadata"]["managedFields"] = json!([{"manager": us, "operation": "Apply", "time": "t",
+            "fieldsV1": {"f:data": {"f:a": {}}, "f:metadata": {"f:annotations": {
+                "f:apps.clusternet.io/owned-by-description": {}, "f:clusternet.io/last-applied-configuration": {}},
+                "f:labels": {"f:apps.clusternet.io/owned-by-description": {}}}}}]);
+        assert_eq!(
+            plan_object(&desired, Some(Some(&live)), true, us, &retain),
+            ObjectPlan::InSync { retained: vec![] }
+        );
+        // the desired state changed: apply
+        let mut changed = cm.clone();
+        changed["data"]["a"] = json!("z");
+        let changed = prepare(&changed, "clusternet-x", "d-generic");
+        assert_eq!(
+            plan_object(&changed, Some(Some(&live)), true, us, &retain),
+            apply
+        );
+        // someone took data.a: drift
+        live["metadata"]["managedFields"][0]["fieldsV1"]["f:data"] = json!({".": {}});
+        live["metadata"]["managedFields"]
+            .as_array_mut()
+            .expect("entries")
+            .push(json!({"manager": "kubectl-edit", "operation": "Update", "time": "t2", "fieldsV1": {"f:data": {"f:a": {}}}}));
+        let ObjectPlan::Drifted {
+            check,
+            deleted: false,
+        } = plan_object(&desired, Some(Some(&live)), true, us, &retain)
+        else {
+            panic!("drift");
+        };
+        assert_eq!(check.drifted[0].path, ".data.a");
+        assert_eq!(check.drifted[0].manager, "kubectl-edit");
+    }
+
+    #[test]
+    fn a_drift_seen_again_is_not_news() {
+        let d = Drift {
+            action: "Reported".into(),
+            detected_at: "t1".into(),
+            deleted: false,
+            fields: vec![],
+        };
+        let again = Drift {
+            detected_at: "t2".into(),
+            ..d.clone()
+        };
+        assert_eq!(drift_record(Some(&d), Some(again)), (Some(d.clone()), None));
+        let repaired = Drift {
+            action: "Repaired".into(),
+            ..d.clone()
+        };
+        assert_eq!(
+            drift_record(Some(&d), Some(repaired.clone())),
+            (Some(repaired.clone()), Some(repaired))
+        );
+        assert_eq!(drift_record(Some(&d), None), (Some(d), None));
     }
 
     #[test]

@@ -2,6 +2,8 @@
 //! (Pull, and Dual without AppPusher) and the parent (Push, and Dual with AppPusher).
 
 pub mod description;
+pub mod drift;
 pub mod generic;
 pub mod push;
+pub mod watch;
 pub mod who;

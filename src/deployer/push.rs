@@ -64,17 +64,21 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     if !secrets.ready_until(&stop).await {
         return;
     }
+    let (touched, heard) = tokio::sync::mpsc::unbounded_channel();
+    let children = ChildCache::new(Some(touched), rt.config.retain_managers.clone());
     let ctx = Arc::new(Ctx {
         events: Events::new(rt.client.clone(), known::CLUSTERNET_CONTROLLER_MANAGER_NAME),
         rt,
         clusters: clusters.store.clone(),
         descriptions: descs.store.clone(),
         secrets: secrets.store.clone(),
-        children: ChildCache::default(),
+        children,
         proxy: ProxyAvailability::default(),
         parent_config: tokio::sync::OnceCell::new(),
     });
-    crate::runtime::controller::run("description-push", descs, 8, stop, move |desc| {
+    // a change to an applied object in a child looks at its Description again
+    let also = super::generic::touched_stream(heard);
+    crate::runtime::controller::run_with("description-push", descs, 8, stop, also, move |desc| {
         let ctx = ctx.clone();
         async move { reconcile(&ctx, desc).await }
     })
@@ -151,7 +155,15 @@ async fn reconcile(ctx: &Ctx, desc: Arc<Description>) -> Result<Action, PushErro
             let siblings = ctx
                 .descriptions
                 .state_filter(|d| d.namespace().as_deref() == Some(ns.as_str()));
-            Ok(description::reconcile(&child, &api, desc, &siblings, &ctx.events).await?)
+            Ok(description::reconcile(
+                &child,
+                &api,
+                desc,
+                &siblings,
+                &ctx.events,
+                ctx.rt.config.drift_resync,
+            )
+            .await?)
         }
         (Push::Deploy, None) => Ok(Action::await_change()),
     }

@@ -347,7 +347,9 @@ pub fn plan_descriptions(
             }
             Some(d) => {
                 let has_labels = labels.iter().all(|(k, v)| d.labels().get(k) == Some(v));
-                if d.spec != spec || !has_labels {
+                let same_settings =
+                    super::subscription::same_drift_settings(base.annotations(), d.annotations());
+                if d.spec != spec || !has_labels || !same_settings {
                     let body = description_body(base, &name, &labels, &spec);
                     changes.push(DescriptionChange::Update {
                         name: name.clone(),
@@ -385,6 +387,10 @@ fn description_body(
     let mut meta = serde_json::Map::new();
     meta.insert("labels".into(), json!(labels));
     meta.insert("finalizers".into(), json!([known::APP_FINALIZER]));
+    let settings = super::subscription::drift_settings(base.annotations());
+    if !settings.is_empty() {
+        meta.insert("annotations".into(), json!(settings));
+    }
     if let Some(owner) = base.controller_owner_ref(&()) {
         meta.insert("ownerReferences".into(), json!([owner]));
     }

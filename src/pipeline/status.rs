@@ -3,6 +3,7 @@
 //! `status.aggregatedStatuses` only when it changed. Beyond upstream, any kind reporting standard
 //! `status.conditions` (Ready/Available True) or replica fields counts as available when it says so.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,6 +42,8 @@ pub enum AggregateError {
 struct Ctx {
     rt: Runtime,
     events: Events,
+    /// Drift records already told on their Subscription (key -> when seen), so each is told once.
+    told: std::sync::Mutex<HashMap<String, std::time::Instant>>,
     descriptions: Store<Description>,
     clusters: Store<ManagedCluster>,
     manifests: Store<Manifest>,
@@ -74,6 +77,7 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     let ctx = Arc::new(Ctx {
         events: Events::new(rt.client.clone(), known::CLUSTERNET_CONTROLLER_MANAGER_NAME),
         rt,
+        told: Default::default(),
         descriptions: descs.store.clone(),
         clusters: clusters.store.clone(),
         manifests: manifests.store.clone(),
@@ -392,6 +396,69 @@ pub fn plan_status(
     StatusPlan { update, warning }
 }
 
+/// The drift records of `sub`'s Descriptions detected in the last [`DRIFT_NEWS`]: key, reason
+/// and message of each, for a Warning on the Subscription (the deployer tells the Description).
+pub fn drift_news(
+    sub: &Subscription,
+    descriptions: &[Arc<Description>],
+    now: Timestamp,
+) -> Vec<(String, &'static str, String)> {
+    let uid = sub.uid().unwrap_or_default();
+    let mut out = Vec::new();
+    for d in descriptions {
+        if d.labels().get(known::CONFIG_SUBSCRIPTION_UID_LABEL) != Some(&uid) {
+            continue;
+        }
+        for m in d.status.iter().flat_map(|s| s.manifest_statuses.iter()) {
+            let Some(drift) = &m.drift else { continue };
+            let recent = drift
+                .detected_at
+                .parse::<Timestamp>()
+                .is_ok_and(|t| now.duration_since(t).as_secs() < DRIFT_NEWS.as_secs() as i64);
+            if !recent {
+                continue;
+            }
+            let object = crate::kube_ext::object_ref::ObjectRef {
+                api_version: m.feed.api_version.clone(),
+                kind: m.feed.kind.clone(),
+                namespace: m.feed.namespace.clone(),
+                name: m.feed.name.clone(),
+            };
+            let (reason, note) = crate::deployer::description::drift_note(&object, drift);
+            let cluster = d.namespace().unwrap_or_default();
+            out.push((
+                format!(
+                    "{}/{}/{}/{}",
+                    d.uid().unwrap_or_default(),
+                    object.display(),
+                    drift.action,
+                    drift.detected_at
+                ),
+                reason,
+                format!("in {cluster}: {note}"),
+            ));
+        }
+    }
+    out
+}
+
+/// How recent a drift must be to be told on its Subscription (older ones were told before a restart).
+const DRIFT_NEWS: Duration = Duration::from_secs(600);
+
+fn tell_drift(ctx: &Ctx, sub: &Subscription) {
+    let news = drift_news(sub, &ctx.descriptions.state(), Timestamp::now());
+    if news.is_empty() {
+        return;
+    }
+    let mut told = ctx.told.lock().unwrap_or_else(|p| p.into_inner());
+    told.retain(|_, at| at.elapsed() < DRIFT_NEWS);
+    for (key, reason, message) in news {
+        if told.insert(key, std::time::Instant::now()).is_none() {
+            ctx.events.warn(sub, reason, &message);
+        }
+    }
+}
+
 async fn reconcile(ctx: &Ctx, sub: Arc<Subscription>) -> Result<Action, AggregateError> {
     if sub.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
@@ -407,6 +474,7 @@ async fn reconcile(ctx: &Ctx, sub: Arc<Subscription>) -> Result<Action, Aggregat
     if let Some((reason, message)) = &plan.warning {
         ctx.events.warn(sub.as_ref(), reason, message);
     }
+    tell_drift(ctx, &sub);
     let Some(owned) = plan.update else {
         return Ok(Action::requeue(Duration::from_secs(300)));
     };

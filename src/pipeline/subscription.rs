@@ -259,11 +259,20 @@ pub fn plan_bases(
                 let has_labels = labels.iter().all(|(k, v)| b.labels().get(k) == Some(v));
                 let needs = b.spec.feeds != sub.spec.feeds
                     || !has_labels
-                    || !b.finalizers().iter().any(|f| f == known::APP_FINALIZER);
+                    || !b.finalizers().iter().any(|f| f == known::APP_FINALIZER)
+                    || !same_drift_settings(sub.annotations(), b.annotations());
                 if needs {
-                    // an annotation set at creation stays ours (an apply without it would drop it)
-                    let annotations = b.annotations();
-                    let desired = desired_base(sub, cluster_ns, &b.name_any(), labels, annotations);
+                    // an annotation set at creation stays ours (an apply without it would drop it);
+                    // the drift settings follow the Subscription
+                    let mut annotations = drift_settings(sub.annotations());
+                    annotations.extend(
+                        b.annotations()
+                            .iter()
+                            .filter(|(k, _)| *k == known::IS_DEFAULT_CLUSTER_INIT_ANNOTATION)
+                            .map(|(k, v)| (k.clone(), v.clone())),
+                    );
+                    let desired =
+                        desired_base(sub, cluster_ns, &b.name_any(), labels, &annotations);
                     BaseChange::Update {
                         before: b.resource_version(),
                         desired,
@@ -327,6 +336,23 @@ fn plan_unbound(
     (delete, recheck)
 }
 
+/// The drift annotations (policy, retained fields) of a Subscription, which its Bases and their
+/// Descriptions carry to the side that deploys (an agent cannot read Subscriptions).
+pub fn drift_settings(annotations: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    annotations
+        .iter()
+        .filter(|(k, _)| {
+            *k == known::DRIFT_POLICY_ANNOTATION || *k == known::RETAIN_FIELDS_ANNOTATION
+        })
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// Whether two objects carry the same drift annotations.
+pub fn same_drift_settings(a: &BTreeMap<String, String>, b: &BTreeMap<String, String>) -> bool {
+    drift_settings(a) == drift_settings(b)
+}
+
 /// The Base we own in `ns`: our labels and finalizer, the default-cluster-init annotation when
 /// `annotations` carry it, and the Subscription's feeds.
 fn desired_base(
@@ -336,11 +362,12 @@ fn desired_base(
     labels: BTreeMap<String, String>,
     annotations: &BTreeMap<String, String>,
 ) -> Base {
-    let annotations: BTreeMap<String, String> = annotations
+    let mut annotations: BTreeMap<String, String> = annotations
         .iter()
         .filter(|(k, _)| *k == known::IS_DEFAULT_CLUSTER_INIT_ANNOTATION)
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
+    annotations.extend(drift_settings(sub.annotations()));
     let mut base = Base::new(
         name,
         BaseSpec {

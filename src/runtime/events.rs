@@ -58,6 +58,10 @@ impl Events {
         reason: &str,
         note: &str,
     ) {
+        self.send(obj.object_ref(&()), type_, reason, note)
+    }
+
+    fn send(&self, reference: ObjectReference, type_: EventType, reason: &str, note: &str) {
         let ev = Event {
             type_,
             reason: reason.to_string(),
@@ -65,7 +69,7 @@ impl Events {
             action: reason.to_string(),
             secondary: None,
         };
-        if self.queue.try_send((obj.object_ref(&()), ev)).is_err() {
+        if self.queue.try_send((reference, ev)).is_err() {
             metrics::counter!("clusternet_events_dropped_total").increment(1);
         }
     }

@@ -162,6 +162,77 @@ pub struct ManifestStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "crate::apis::schema::preserve_unknown_fields")]
     pub observed_status: Option<Value>,
+
+    /// Drift is the last change made to the object in the child behind Clusternet's back, and
+    /// what was done about it (clusternet-rs; absent when none was seen).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift: Option<Drift>,
+
+    /// Retained are the fields another field manager of the child took over and that Clusternet
+    /// leaves to it (an autoscaler's `spec.replicas`, a path in `apps.clusternet.io/retain-fields`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retained: Vec<RetainedField>,
+}
+
+/// A drift of one object in a child cluster.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Drift {
+    /// Action is what was done: `Repaired`, `Reported` (policy Report) or `RepairPaused`
+    /// (something in the child keeps changing it back).
+    pub action: String,
+
+    /// DetectedAt is when Clusternet saw it (RFC 3339).
+    pub detected_at: String,
+
+    /// Deleted is true when the whole object was deleted in the child.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deleted: bool,
+
+    /// Fields are the fields Clusternet applied that were changed or removed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fields: Vec<DriftField>,
+}
+
+/// One drifted field.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DriftField {
+    /// Path of the field (`.data.color`, `.spec.template.spec.containers[name=web].image`).
+    pub path: String,
+
+    /// Desired is the value Clusternet applied (summarised).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub desired: String,
+
+    /// Live is the value found in the child (summarised; empty when the field was removed).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub live: String,
+
+    /// Manager is the field manager that changed it, from the object's managedFields (empty when
+    /// the field was removed and nobody owns it now).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub manager: String,
+
+    /// Operation is that manager's operation (`Update` or `Apply`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub operation: String,
+
+    /// ChangedAt is the time of that manager's last change (RFC 3339, from managedFields).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub changed_at: String,
+}
+
+/// A field left to another field manager of the child.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RetainedField {
+    /// Path of the field.
+    pub path: String,
+
+    /// Manager is the field manager that owns it in the child.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub manager: String,
 }
 
 // ---------------------------------------------------------------------------------------------
