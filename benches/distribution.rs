@@ -30,56 +30,6 @@ fn manifest(ns: &str, name: &str, value: &str) -> Manifest {
     .expect("a Manifest")
 }
 
-/// Write requests per resource, from an API server's metrics.
-async fn writes(client: &kube::Client) -> BTreeMap<String, f64> {
-    let req = http::Request::get("/metrics")
-        .body(Vec::new())
-        .expect("request");
-    let text = client.request_text(req).await.unwrap_or_default();
-    let mut out = BTreeMap::new();
-    for line in text
-        .lines()
-        .filter(|l| l.starts_with("apiserver_request_total{"))
-    {
-        let verb = line
-            .split("verb=\"")
-            .nth(1)
-            .and_then(|r| r.split('"').next())
-            .unwrap_or_default();
-        if !matches!(verb, "POST" | "PUT" | "PATCH" | "DELETE" | "APPLY") {
-            continue;
-        }
-        let resource = line
-            .split("resource=\"")
-            .nth(1)
-            .and_then(|r| r.split('"').next())
-            .unwrap_or_default();
-        let subresource = line
-            .split("subresource=\"")
-            .nth(1)
-            .and_then(|r| r.split('"').next())
-            .unwrap_or_default();
-        let value: f64 = line
-            .rsplit(' ')
-            .next()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0);
-        let key = if subresource.is_empty() {
-            resource.to_string()
-        } else {
-            format!("{resource}/{subresource}")
-        };
-        *out.entry(key).or_default() += value;
-    }
-    out
-}
-
-fn delta(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>, keys: &[&str]) -> f64 {
-    keys.iter()
-        .map(|k| after.get(*k).copied().unwrap_or(0.0) - before.get(*k).copied().unwrap_or(0.0))
-        .sum()
-}
-
 async fn run(
     env: &TestEnv,
     mode: &str,
@@ -142,10 +92,10 @@ async fn run(
     done.sort();
     // one feed update: writes in the parent's pipeline kinds and in the children
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let before_parent = writes(&parent).await;
+    let before_parent = support::api_writes(&parent).await;
     let mut before_children = Vec::new();
     for c in clusters {
-        before_children.push(writes(&c.child).await);
+        before_children.push(support::api_writes(&c.child).await);
     }
     let target = format!("configmaps.{appns}.cm0");
     manifests
@@ -174,8 +124,8 @@ async fn run(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let after_parent = writes(&parent).await;
-    let parent_writes = delta(
+    let after_parent = support::api_writes(&parent).await;
+    let parent_writes = support::writes_delta(
         &before_parent,
         &after_parent,
         &[
@@ -189,7 +139,11 @@ async fn run(
     );
     let mut child_writes = 0.0;
     for (c, before) in clusters.iter().zip(before_children) {
-        child_writes += delta(&before, &writes(&c.child).await, &["configmaps"]);
+        child_writes += support::writes_delta(
+            &before,
+            &support::api_writes(&c.child).await,
+            &["configmaps"],
+        );
     }
     for i in 0..SUBSCRIPTIONS {
         let _ = subs

@@ -46,6 +46,47 @@ async fn subscribe(
     subs
 }
 
+/// A Subscription of `objects(appns)` bound to one fresh agent on `child`, in `mode`.
+struct Setup {
+    parent: kube::Client,
+    clusters: Vec<Cluster>,
+    ns: TestNamespace,
+    subs: Api<Subscription>,
+    appns: String,
+    manifests: Vec<String>,
+}
+
+async fn setup(child: usize, mode: &str, objects: fn(&str) -> Vec<Value>) -> Setup {
+    let env = TestEnv::get();
+    env.with_controller();
+    let parent = env.parent().await;
+    let id = uid();
+    let clusters = register(env, &id, &[child], mode, &[]).await;
+    let appns = format!("drift-{}-{id}", mode.to_lowercase());
+    let objects = objects(&appns);
+    let manifests = create_manifests(&parent, &objects).await;
+    let ns = TestNamespace::create(&parent, &env.parent_kubeconfig(), "drift").await;
+    let subs = subscribe(&parent, &ns.name, &id, &objects, json!({})).await;
+    Setup {
+        parent,
+        clusters,
+        ns,
+        subs,
+        appns,
+        manifests,
+    }
+}
+
+impl Setup {
+    async fn teardown(&self) {
+        self.subs
+            .delete("drift", &DeleteParams::default())
+            .await
+            .expect("deleting the Subscription");
+        support::wait_app_removed(&self.clusters[0].child, &self.appns).await;
+    }
+}
+
 fn mode(cm: &ConfigMap) -> String {
     cm.data
         .as_ref()
@@ -199,29 +240,13 @@ async fn edits_are_reverted_and_deletions_recreated(
 
 #[tokio::test]
 async fn pull_reverts_edits_naming_who_made_them_and_report_leaves_them_until_repair() {
-    let env = TestEnv::get();
-    env.with_controller();
-    let parent = env.parent().await;
-    let id = uid();
-    let clusters = register(env, &id, &[1], "Pull", &[]).await;
-    let appns = format!("drift-pull-{id}");
-    let objects = config_app(&appns);
-    create_manifests(&parent, &objects).await;
-    let ns = TestNamespace::create(&parent, &env.parent_kubeconfig(), "drift").await;
-    let subs = subscribe(&parent, &ns.name, &id, &objects, json!({})).await;
-    edits_are_reverted_and_deletions_recreated(&clusters[0], &parent, &ns.name, &appns).await;
+    let s = setup(1, "Pull", config_app).await;
+    let (parent, c) = (&s.parent, &s.clusters[0]);
+    edits_are_reverted_and_deletions_recreated(c, parent, &s.ns.name, &s.appns).await;
 
     // policy Report: the edit stays, and is reported
-    subs.patch(
-        "drift",
-        &PatchParams::default(),
-        &Patch::Merge(
-            json!({"metadata": {"annotations": {"apps.clusternet.io/drift-policy": "Report"}}}),
-        ),
-    )
-    .await
-    .expect("setting policy Report");
-    let descs: Api<Description> = Api::namespaced(parent.clone(), &clusters[0].dedicated);
+    set_policy(&s.subs, "Report").await;
+    let descs: Api<Description> = Api::namespaced(parent.clone(), &c.dedicated);
     wait_for(
         "the policy on the Description",
         Duration::from_secs(30),
@@ -245,11 +270,11 @@ async fn pull_reverts_edits_naming_who_made_them_and_report_leaves_them_until_re
         },
     )
     .await;
-    let cms: Api<ConfigMap> = Api::namespaced(clusters[0].child.clone(), &appns);
+    let cms: Api<ConfigMap> = Api::namespaced(c.child.clone(), &s.appns);
     edit(&cms, "hand-fix", "by-hand").await;
     wait_for("the edit reported", Duration::from_secs(15), || async {
-        let s = conf_status(&parent, &clusters[0].dedicated).await?;
-        match &s.drift {
+        let st = conf_status(parent, &c.dedicated).await?;
+        match &st.drift {
             Some(d)
                 if d.action == "Reported" && d.fields.iter().any(|f| f.manager == "hand-fix") =>
             {
@@ -260,7 +285,7 @@ async fn pull_reverts_edits_naming_who_made_them_and_report_leaves_them_until_re
     })
     .await;
     wait_for("a DriftDetected event", Duration::from_secs(15), || {
-        drift_event(&parent, &clusters[0].dedicated, "DriftDetected", "hand-fix")
+        drift_event(parent, &c.dedicated, "DriftDetected", "hand-fix")
     })
     .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -271,15 +296,7 @@ async fn pull_reverts_edits_naming_who_made_them_and_report_leaves_them_until_re
     );
 
     // back to Repair: reverted
-    subs.patch(
-        "drift",
-        &PatchParams::default(),
-        &Patch::Merge(
-            json!({"metadata": {"annotations": {"apps.clusternet.io/drift-policy": "Repair"}}}),
-        ),
-    )
-    .await
-    .expect("setting policy Repair");
+    set_policy(&s.subs, "Repair").await;
     wait_mode(
         &cms,
         "desired",
@@ -287,51 +304,44 @@ async fn pull_reverts_edits_naming_who_made_them_and_report_leaves_them_until_re
         Duration::from_secs(30),
     )
     .await;
-    subs.delete("drift", &DeleteParams::default())
-        .await
-        .expect("deleting the Subscription");
-    support::wait_app_removed(&clusters[0].child, &appns).await;
+    s.teardown().await;
+}
+
+async fn set_policy(subs: &Api<Subscription>, policy: &str) {
+    subs.patch(
+        "drift",
+        &PatchParams::default(),
+        &Patch::Merge(
+            json!({"metadata": {"annotations": {"apps.clusternet.io/drift-policy": policy}}}),
+        ),
+    )
+    .await
+    .expect("setting the drift policy");
 }
 
 #[tokio::test]
 async fn push_reverts_edits_naming_who_made_them_and_recreates_deleted_objects() {
-    let env = TestEnv::get();
-    env.with_controller();
-    let parent = env.parent().await;
-    let id = uid();
-    let clusters = register(env, &id, &[2], "Push", &[]).await;
-    let appns = format!("drift-push-{id}");
-    let objects = config_app(&appns);
-    create_manifests(&parent, &objects).await;
-    let ns = TestNamespace::create(&parent, &env.parent_kubeconfig(), "drift").await;
-    let subs = subscribe(&parent, &ns.name, &id, &objects, json!({})).await;
-    edits_are_reverted_and_deletions_recreated(&clusters[0], &parent, &ns.name, &appns).await;
-    subs.delete("drift", &DeleteParams::default())
-        .await
-        .expect("deleting the Subscription");
-    support::wait_app_removed(&clusters[0].child, &appns).await;
+    let s = setup(2, "Push", config_app).await;
+    edits_are_reverted_and_deletions_recreated(&s.clusters[0], &s.parent, &s.ns.name, &s.appns)
+        .await;
+    s.teardown().await;
 }
 
-#[tokio::test]
-async fn a_real_hpa_keeps_the_replicas_it_set_while_the_image_follows_the_feed() {
-    let env = TestEnv::get();
-    env.with_controller();
-    let parent = env.parent().await;
-    let id = uid();
-    let clusters = register(env, &id, &[3], "Pull", &[]).await;
-    let c = &clusters[0];
-    let appns = format!("drift-hpa-{id}");
-    let objects = vec![
+fn hpa_app(appns: &str) -> Vec<Value> {
+    vec![
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": appns}}),
         json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": appns},
                "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
                         "template": {"metadata": {"labels": {"app": "web"}},
                                      "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]}}}}),
-    ];
-    let manifests = create_manifests(&parent, &objects).await;
-    let ns = TestNamespace::create(&parent, &env.parent_kubeconfig(), "drift").await;
-    let subs = subscribe(&parent, &ns.name, &id, &objects, json!({})).await;
-    let deployments: Api<Deployment> = Api::namespaced(c.child.clone(), &appns);
+    ]
+}
+
+#[tokio::test]
+async fn a_real_hpa_keeps_the_replicas_it_set_while_the_image_follows_the_feed() {
+    let s = setup(3, "Pull", hpa_app).await;
+    let (parent, c, appns, manifests) = (&s.parent, &s.clusters[0], &s.appns, &s.manifests);
+    let deployments: Api<Deployment> = Api::namespaced(c.child.clone(), appns);
     let spec = |d: &Deployment| {
         let s = d.spec.as_ref();
         (
@@ -364,7 +374,7 @@ async fn a_real_hpa_keeps_the_replicas_it_set_while_the_image_follows_the_feed()
                  "minReplicas": 3, "maxReplicas": 5,
                  "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 50}}}]}}))
     .expect("an HPA");
-    Api::namespaced(c.child.clone(), &appns)
+    Api::namespaced(c.child.clone(), appns)
         .create(&PostParams::default(), &hpa)
         .await
         .expect("creating the HPA");
@@ -431,8 +441,5 @@ async fn a_real_hpa_keeps_the_replicas_it_set_while_the_image_follows_the_feed()
         },
     )
     .await;
-    subs.delete("drift", &DeleteParams::default())
-        .await
-        .expect("deleting the Subscription");
-    support::wait_app_removed(&c.child, &appns).await;
+    s.teardown().await;
 }

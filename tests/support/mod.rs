@@ -1031,3 +1031,57 @@ pub fn static_dividing_subscription(
             "feeds": objects.iter().map(feed_of).collect::<Vec<_>>()}}))
     .expect("a Subscription")
 }
+
+/// Write requests per resource, from an API server's metrics.
+pub async fn api_writes(client: &kube::Client) -> std::collections::BTreeMap<String, f64> {
+    let req = http::Request::get("/metrics")
+        .body(Vec::new())
+        .expect("request");
+    let text = client.request_text(req).await.unwrap_or_default();
+    let mut out = std::collections::BTreeMap::new();
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+    {
+        let verb = line
+            .split("verb=\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .unwrap_or_default();
+        if !matches!(verb, "POST" | "PUT" | "PATCH" | "DELETE" | "APPLY") {
+            continue;
+        }
+        let resource = line
+            .split("resource=\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .unwrap_or_default();
+        let subresource = line
+            .split("subresource=\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .unwrap_or_default();
+        let value: f64 = line
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        let key = if subresource.is_empty() {
+            resource.to_string()
+        } else {
+            format!("{resource}/{subresource}")
+        };
+        *out.entry(key).or_default() += value;
+    }
+    out
+}
+
+pub fn writes_delta(
+    before: &std::collections::BTreeMap<String, f64>,
+    after: &std::collections::BTreeMap<String, f64>,
+    keys: &[&str],
+) -> f64 {
+    keys.iter()
+        .map(|k| after.get(*k).copied().unwrap_or(0.0) - before.get(*k).copied().unwrap_or(0.0))
+        .sum()
+}
