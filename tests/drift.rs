@@ -441,5 +441,22 @@ async fn a_real_hpa_keeps_the_replicas_it_set_while_the_image_follows_the_feed()
         },
     )
     .await;
+    // `kubectl scale` (the scale subresource, any manager) within the HPA's range: also kept
+    deployments
+        .patch_scale(
+            "web",
+            &PatchParams {
+                field_manager: Some("kubectl-scale".into()),
+                ..Default::default()
+            },
+            &Patch::Merge(json!({"spec": {"replicas": 4}})),
+        )
+        .await
+        .expect("scaling in the child");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        spec(&deployments.get("web").await.expect("the Deployment")),
+        (4, "nginx:1.28".to_string())
+    );
     s.teardown().await;
 }

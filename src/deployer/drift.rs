@@ -200,6 +200,7 @@ const IDENTITY_KEYS: &[&str] = &[
 struct Owner<'a> {
     manager: &'a str,
     operation: &'a str,
+    subresource: &'a str,
     time: &'a str,
     fields: &'a Value,
 }
@@ -217,6 +218,7 @@ fn owners_in(live: &Value) -> Vec<Owner<'_>> {
                     Some(Owner {
                         manager: e.get("manager").and_then(Value::as_str).unwrap_or(""),
                         operation: e.get("operation").and_then(Value::as_str).unwrap_or(""),
+                        subresource: e.get("subresource").and_then(Value::as_str).unwrap_or(""),
                         time: e.get("time").and_then(Value::as_str).unwrap_or(""),
                         fields: e.get("fieldsV1")?,
                     })
@@ -411,7 +413,8 @@ pub fn check(
             .collect();
         let extra = extra_retained
             .iter()
-            .any(|p| shown.trim_start_matches('.') == *p);
+            .any(|p| shown.trim_start_matches('.') == *p)
+            || autoscaled(&shown, &holders);
         let kept = retain.keeps(&shown, &holders).or_else(|| {
             extra.then(|| {
                 holders
@@ -440,6 +443,16 @@ pub fn check(
         });
     }
     out
+}
+
+/// `spec.replicas` set through the scale subresource (how every autoscaler and `kubectl scale`
+/// write it) or claimed with server-side apply by another manager is that manager's to keep,
+/// whatever its name: replicas are the field the child's own scaling owns.
+fn autoscaled(path: &str, holders: &[Owner<'_>]) -> bool {
+    path == ".spec.replicas"
+        && holders
+            .iter()
+            .any(|o| o.subresource == "scale" || o.operation == "Apply")
 }
 
 /// Removes `path` from an object about to be applied (a retained field).
@@ -644,6 +657,26 @@ mod tests {
                 .drifted
                 .is_empty()
         );
+        // replicas written through the scale subresource (kubectl scale, any autoscaler), or
+        // claimed by another manager's server-side apply, are that manager's
+        for (op, sub) in [("Update", "scale"), ("Apply", "")] {
+            let mut theirs = entry(
+                "my-autoscaler",
+                op,
+                "t1",
+                json!({"f:spec": {"f:replicas": {}}}),
+            );
+            theirs["subresource"] = json!(sub);
+            let mut mine = ours();
+            mine["f:spec"]
+                .as_object_mut()
+                .expect("spec")
+                .remove("f:replicas");
+            let l = live(json!([entry(US, "Apply", "t0", mine), theirs]));
+            let c = check(&deployment(), &l, US, &retain, &[]);
+            assert!(c.drifted.is_empty(), "{op} {sub}: {c:?}");
+            assert_eq!(c.retained[0].manager, "my-autoscaler");
+        }
     }
 
     #[test]
