@@ -180,6 +180,34 @@ async fn push_goes_through_the_socket_proxy_when_the_child_is_not_directly_reach
         hub.log.display()
     );
 
+    // the parent watches the child through the tunnel too: an edit there is reverted
+    deployments
+        .patch(
+            "web",
+            &PatchParams {
+                field_manager: Some("intruder".into()),
+                ..Default::default()
+            },
+            &Patch::Merge(json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "evil"}]}}}})),
+        )
+        .await
+        .expect("editing the pushed Deployment in the child");
+    wait_for(
+        "the edit reverted through the tunnel",
+        Duration::from_secs(15),
+        || async {
+            let d = deployments.get("web").await.map_err(|e| e.to_string())?;
+            let image = d
+                .spec
+                .and_then(|s| s.template.spec)
+                .and_then(|p| p.containers.into_iter().next())
+                .and_then(|c| c.image)
+                .unwrap_or_default();
+            if image == "pause" { Ok(()) } else { Err(image) }
+        },
+    )
+    .await;
+
     // removal goes the same way, down to the last Description's finalizer
     let sub_uid = subs
         .get("pushed")
