@@ -175,6 +175,13 @@ async fn edits_are_reverted_and_deletions_recreated(
         Duration::from_secs(60),
     )
     .await;
+    // freshly deployed is no drift (the watch catching up with our own write is not a deletion)
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let fresh = wait_for("the first status", Duration::from_secs(15), || {
+        conf_status(parent, &c.dedicated)
+    })
+    .await;
+    assert_eq!(fresh.drift, None, "no drift before anyone touched it");
     edit(&cms, "intruder", "drifted").await;
     let took = wait_mode(&cms, "desired", "the edit reverted", REPAIR).await;
     eprintln!("edit reverted in {took:?}");

@@ -114,6 +114,9 @@ pub struct ChildCluster {
     watches: Watches,
     /// Recent repair times per object, to notice a fight.
     repairs: std::sync::Mutex<HashMap<String, Vec<Instant>>>,
+    /// The API server's answer to our last apply of each object: what the object is while the
+    /// watch has not caught up with that write (so a just-applied object is not "deleted").
+    applied: std::sync::Mutex<HashMap<String, Arc<DynamicObject>>>,
 }
 
 /// What to do with one object, decided from its desired and live states.
@@ -310,6 +313,7 @@ impl ChildCluster {
             retain_managers,
             discovery: Mutex::new(HashMap::new()),
             repairs: Default::default(),
+            applied: Default::default(),
         }
     }
 
@@ -527,13 +531,34 @@ impl ChildCluster {
     ) -> Result<Brought, String> {
         let (ar, caps) = self.resolve(&r.api_version, &r.kind).await?;
         self.watches.ensure(&ar, &caps);
-        let live = match self
+        let object = format!("{owner}/{}", r.display());
+        let ours = self
+            .applied
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&object)
+            .cloned();
+        let seen = match self
             .watches
             .live(&r.api_version, &r.kind, &r.namespace, &r.name)
         {
             Live::Unknown => None,
+            // the watch lags behind our own last write: that write is the live state
+            _ if ours.as_ref().is_some_and(|o| {
+                !self
+                    .watches
+                    .caught_up(&r.api_version, &r.kind, super::watch::resource_version(o))
+            }) =>
+            {
+                ours.map(Some)
+            }
             Live::Absent => Some(None),
-            Live::Present(o) => Some(Some(
+            Live::Present(o) => Some(Some(o)),
+        };
+        let live = match seen {
+            None => None,
+            Some(None) => Some(None),
+            Some(Some(o)) => Some(Some(
                 serde_json::to_value(o.as_ref()).map_err(|e| e.to_string())?,
             )),
         };
@@ -592,6 +617,10 @@ impl ChildCluster {
         }
         let applied = self.apply_one(r, &body, owner, force).await?;
         let value = serde_json::to_value(&applied).map_err(|e| e.to_string())?;
+        self.applied
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(object, Arc::new(applied));
         let retained = drift::check(prepared, &value, &self.field_manager, retain, &[]).retained;
         Ok(Brought {
             settled: settled_value(&r.kind, &value),
@@ -613,6 +642,10 @@ impl ChildCluster {
         elsewhere: &[Wanted],
     ) -> Result<(), String> {
         let api = self.api_for(r).await?;
+        self.applied
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&format!("{owner}/{}", r.display()));
         let live = match api.get_opt(&r.name).await {
             Ok(Some(l)) => l,
             Ok(None) => return Ok(()),

@@ -34,6 +34,8 @@ pub fn owner_of(obj: &DynamicObject) -> Option<Touched> {
 
 struct KindWatch {
     store: Store<DynamicObject>,
+    /// The newest resourceVersion the watch has delivered: whether it has caught up with a write.
+    seen: Arc<std::sync::atomic::AtomicU64>,
     ready: tokio::sync::watch::Receiver<bool>,
     scope: Scope,
     resource: ApiResource,
@@ -92,6 +94,8 @@ impl Watches {
         let stop = self.stop.clone();
         let kind = format!("{}/{}", resource.api_version, resource.kind);
         let mut writer = writer;
+        let seen = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let seen_by_task = seen.clone();
         tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
             let mut failing = false;
@@ -108,6 +112,10 @@ impl Watches {
                             watcher::Event::Apply(o)
                             | watcher::Event::Delete(o)
                             | watcher::Event::InitApply(o) => {
+                                seen_by_task.fetch_max(
+                                    resource_version(o),
+                                    std::sync::atomic::Ordering::Relaxed,
+                                );
                                 if let Some(owner) = owner_of(o) {
                                     let _ = notify.send(owner);
                                 }
@@ -131,6 +139,7 @@ impl Watches {
             key,
             Arc::new(KindWatch {
                 store,
+                seen,
                 ready,
                 scope: caps.scope.clone(),
                 resource: resource.clone(),
@@ -164,12 +173,30 @@ impl Watches {
         }
     }
 
+    /// Whether the watch of `kind` has delivered resourceVersion `rv` or later (so its view
+    /// includes a write answered with `rv`: an absent object was really deleted).
+    pub fn caught_up(&self, api_version: &str, kind: &str, rv: u64) -> bool {
+        let kinds = self.kinds.lock().unwrap_or_else(|p| p.into_inner());
+        kinds
+            .get(&(api_version.to_string(), kind.to_string()))
+            .is_some_and(|w| w.seen.load(std::sync::atomic::Ordering::Relaxed) >= rv)
+    }
+
     /// Every watched object of `kind` (for lookups such as "which HPA targets this").
     pub fn all(&self, api_version: &str, kind: &str) -> Option<Vec<Arc<DynamicObject>>> {
         let kinds = self.kinds.lock().unwrap_or_else(|p| p.into_inner());
         let w = kinds.get(&(api_version.to_string(), kind.to_string()))?;
         (*w.ready.borrow()).then(|| w.store.state())
     }
+}
+
+/// An object's resourceVersion as the number etcd gives it (0 when it is not one).
+pub fn resource_version(o: &DynamicObject) -> u64 {
+    o.metadata
+        .resource_version
+        .as_deref()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }
 
 /// The owner label's value: the annotation's when it is a valid label value, else a digest.

@@ -32,6 +32,18 @@ fn clip(note: &str) -> String {
     note
 }
 
+/// `<reason>-<digest of note>`, within the API server's 128 characters.
+fn action_for(reason: &str, note: &str) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, note.as_bytes());
+    let hex: String = digest.as_ref()[..4]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let mut reason = reason.to_string();
+    reason.truncate(110);
+    format!("{reason}-{hex}")
+}
+
 impl Events {
     /// A recorder reporting as `component`; its writer task lives as long as any clone does.
     pub fn new(client: kube::Client, component: &str) -> Self {
@@ -66,7 +78,10 @@ impl Events {
             type_,
             reason: reason.to_string(),
             note: Some(clip(note)),
-            action: reason.to_string(),
+            // kube's recorder folds events by (reason, action, object), not by note: an action
+            // that carries the note's digest keeps different news apart (a second drift of the
+            // same object is its own event) while repeats of one note still fold into a count
+            action: action_for(reason, note),
             secondary: None,
         };
         if self.queue.try_send((reference, ev)).is_err() {
