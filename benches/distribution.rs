@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use clusternet::apis::{Manifest, Subscription};
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::{Cluster, TestEnv, TestNamespace, percentile, register, uid};
 
@@ -145,17 +145,7 @@ async fn run(
             &["configmaps"],
         );
     }
-    for i in 0..SUBSCRIPTIONS {
-        let _ = subs
-            .delete(&format!("cm{i}"), &DeleteParams::default())
-            .await;
-        let _ = manifests
-            .delete(
-                &format!("configmaps.{appns}.cm{i}"),
-                &DeleteParams::default(),
-            )
-            .await;
-    }
+    support::delete_config_workload(&subs, &manifests, &appns, SUBSCRIPTIONS).await;
     let n = clusters.len() as f64;
     (done, parent_writes / n, child_writes / n)
 }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use clusternet::apis::{Manifest, Subscription};
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::{TestEnv, TestNamespace, register, uid};
 
@@ -145,15 +145,5 @@ async fn main() {
             d.as_secs_f64()
         ))
     );
-    for i in 0..subscriptions {
-        let _ = subs
-            .delete(&format!("cm{i}"), &DeleteParams::default())
-            .await;
-        let _ = manifests
-            .delete(
-                &format!("configmaps.{appns}.cm{i}"),
-                &DeleteParams::default(),
-            )
-            .await;
-    }
+    support::delete_config_workload(&subs, &manifests, &appns, subscriptions).await;
 }

@@ -126,8 +126,13 @@ async fn edit(cms: &Api<ConfigMap>, manager: &str, value: &str) {
     .expect("editing the child object");
 }
 
-/// The ConfigMap's entry in the Description status of `dedicated`.
-async fn conf_status(parent: &kube::Client, dedicated: &str) -> Result<ManifestStatus, String> {
+/// The status entry of object `kind`/`name` in the Descriptions of `dedicated`.
+async fn object_status(
+    parent: &kube::Client,
+    dedicated: &str,
+    kind: &str,
+    name: &str,
+) -> Result<ManifestStatus, String> {
     let descs: Api<Description> = Api::namespaced(parent.clone(), dedicated);
     let list = descs
         .list(&ListParams::default())
@@ -136,9 +141,14 @@ async fn conf_status(parent: &kube::Client, dedicated: &str) -> Result<ManifestS
     list.items
         .iter()
         .flat_map(|d| d.status.iter().flat_map(|s| s.manifest_statuses.iter()))
-        .find(|m| m.feed.kind == "ConfigMap" && m.feed.name == "conf")
+        .find(|m| m.feed.kind == kind && m.feed.name == name)
         .cloned()
-        .ok_or_else(|| "no status for the ConfigMap yet".into())
+        .ok_or_else(|| format!("no status for the {kind} yet"))
+}
+
+/// The ConfigMap's entry in the Description status of `dedicated`.
+async fn conf_status(parent: &kube::Client, dedicated: &str) -> Result<ManifestStatus, String> {
+    object_status(parent, dedicated, "ConfigMap", "conf").await
 }
 
 async fn drift_event(
@@ -403,18 +413,7 @@ async fn a_real_hpa_keeps_the_replicas_it_set_while_the_image_follows_the_feed()
         "the retained field in the status",
         Duration::from_secs(30),
         || async {
-            let descs: Api<Description> = Api::namespaced(parent.clone(), &c.dedicated);
-            let list = descs
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?;
-            let s = list
-                .items
-                .iter()
-                .flat_map(|d| d.status.iter().flat_map(|s| s.manifest_statuses.iter()))
-                .find(|m| m.feed.kind == "Deployment")
-                .cloned()
-                .ok_or("no status yet")?;
+            let s = object_status(parent, &c.dedicated, "Deployment", "web").await?;
             if s.retained
                 .iter()
                 .any(|r| r.path == ".spec.replicas" && !r.manager.is_empty())

@@ -181,13 +181,6 @@ impl Watches {
             .get(&(api_version.to_string(), kind.to_string()))
             .is_some_and(|w| w.seen.load(std::sync::atomic::Ordering::Relaxed) >= rv)
     }
-
-    /// Every watched object of `kind` (for lookups such as "which HPA targets this").
-    pub fn all(&self, api_version: &str, kind: &str) -> Option<Vec<Arc<DynamicObject>>> {
-        let kinds = self.kinds.lock().unwrap_or_else(|p| p.into_inner());
-        let w = kinds.get(&(api_version.to_string(), kind.to_string()))?;
-        (*w.ready.borrow()).then(|| w.store.state())
-    }
 }
 
 /// An object's resourceVersion as the number etcd gives it (0 when it is not one).

@@ -1085,3 +1085,24 @@ pub fn writes_delta(
         .map(|k| after.get(*k).copied().unwrap_or(0.0) - before.get(*k).copied().unwrap_or(0.0))
         .sum()
 }
+
+/// Deletes the Subscriptions `cm0..cm{n}` and their ConfigMap Manifests `configmaps.<appns>.cm<i>`
+/// (the benches' one-ConfigMap-each workloads); errors are ignored, it is cleanup.
+pub async fn delete_config_workload(
+    subs: &Api<clusternet::apis::Subscription>,
+    manifests: &Api<clusternet::apis::Manifest>,
+    appns: &str,
+    n: usize,
+) {
+    for i in 0..n {
+        let _ = subs
+            .delete(&format!("cm{i}"), &kube::api::DeleteParams::default())
+            .await;
+        let _ = manifests
+            .delete(
+                &format!("configmaps.{appns}.cm{i}"),
+                &kube::api::DeleteParams::default(),
+            )
+            .await;
+    }
+}
