@@ -226,6 +226,11 @@ pub struct RunFlags {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub drift_resync: Option<String>,
+    /// Scheduler: how long a bound cluster may be not ready before its Subscriptions fail over
+    /// (gate FailOver; a Subscription's tolerationSeconds overrides it), e.g. 60s
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster_failover_grace: Option<String>,
     /// Agent (Pull) and controller (Push): field managers whose take-over of a field is left to
     /// them, comma-separated (default: the autoscalers and kube-controller-manager)
     #[arg(long, value_delimiter = ',')]

@@ -145,6 +145,11 @@ pub struct Config {
     /// running there) until it has been Ready again for this long and is still not bound.
     #[serde(with = "go_duration")]
     pub cluster_recovery_grace: Duration,
+    /// Scheduler (gate FailOver): how long a bound cluster may be not ready before its
+    /// Subscriptions fail over to other clusters (a Subscription's `tolerationSeconds` on the
+    /// `clusters.clusternet.io/unschedulable` taint overrides it).
+    #[serde(with = "go_duration")]
+    pub cluster_failover_grace: Duration,
     /// The deploying side (agent in Pull, controller in Push): how often every applied object is
     /// compared with its desired state even when its watch said nothing (a safety net: drift is
     /// seen through watches at once). A comparison writes nothing unless something drifted.
@@ -209,6 +214,7 @@ impl Default for Config {
             cluster_health_failure_window: Duration::from_secs(40),
             cluster_recovery_grace: Duration::from_secs(60),
             drift_resync: Duration::from_secs(600),
+            cluster_failover_grace: Duration::from_secs(60),
             retain_managers: crate::deployer::drift::DEFAULT_RETAIN_MANAGERS
                 .iter()
                 .map(|m| m.to_string())

@@ -61,7 +61,9 @@ pub fn feeds_changed(sub: &Subscription, inventory: Option<&FeedInventory>) -> b
 /// `Dividing` (without it only the hash and feed keys are compared).
 ///
 /// Consequence (as upstream): Dividing Subscriptions are not re-divided when clusters come, go or
-/// fail unless the spec or the desired replica counts change.
+/// fail unless the spec or the desired replica counts change; with the FailOver gate the
+/// scheduler also re-divides when a bound cluster is failed over or a matching one is schedulable
+/// and unbound (see `failover::plan`).
 pub fn needs_scheduling(sub: &Subscription, inventory: Option<&FeedInventory>) -> bool {
     if sub.spec.effective_scheduling_strategy() == SchedulingStrategy::Replication {
         return true;

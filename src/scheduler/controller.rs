@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Taint;
+use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
@@ -249,6 +250,7 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         queue.add_backlog(&sub_key(&s), s.spec.priority.unwrap_or(0));
     }
     let fail_over = rt.config.gate(known::FAIL_OVER);
+    let failover_grace = fail_over.then_some(rt.config.cluster_failover_grace);
     let triggers = spawn_triggers(&caches, queue.clone(), fail_over, stop.clone());
     let events = Events::new(rt.client.clone(), "clusternet-scheduler");
     let binder = AsyncBinder {
@@ -271,6 +273,7 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
             continue;
         }
         let start = Instant::now();
+        let mut recheck = None;
         let result = schedule_one(
             &profiles,
             &caches.subs.store,
@@ -279,8 +282,14 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
             &events,
             &mut offset,
             &key,
+            failover_grace,
+            &mut recheck,
         )
         .await;
+        if let Some(after) = recheck {
+            // a held cluster's grace ends (or a suppressed failover is looked at again)
+            queue.add_after(&key, after);
+        }
         let outcome = match result {
             Ok(Decided::Done(o)) => {
                 queue.forget(&key);
@@ -316,6 +325,8 @@ fn schedule_one<'a>(
     events: &'a Events,
     offset: &'a mut FilterOffset,
     key: &'a str,
+    failover_grace: Option<Duration>,
+    recheck: &'a mut Option<Duration>,
 ) -> BoxFuture<'a, Result<Decided, CycleError>> {
     Box::pin(schedule_one_inner(
         profiles,
@@ -325,6 +336,8 @@ fn schedule_one<'a>(
         events,
         offset,
         key,
+        failover_grace,
+        recheck,
     ))
 }
 
@@ -333,6 +346,7 @@ struct CycleInput<'a> {
     sub: Arc<Subscription>,
     fwk: &'a Framework,
     inventory: Option<FeedInventory>,
+    failover: super::failover::Plan,
 }
 
 /// Observe: the Subscription behind `key`, its profile and (Dividing) its FeedInventory; or why
@@ -343,6 +357,8 @@ fn observe<'a>(
     subs: &Store<Subscription>,
     inventories: &Store<FeedInventory>,
     key: &str,
+    failover: Option<(Duration, &[Arc<ManagedCluster>])>,
+    recheck: &mut Option<Duration>,
 ) -> Result<CycleInput<'a>, &'static str> {
     let (ns, name) = key.split_once('/').ok_or("dropped")?;
     let sub = subs
@@ -366,13 +382,23 @@ fn observe<'a>(
     } else {
         None
     };
-    if !binder::needs_scheduling(&sub, inventory.as_ref()) {
+    let failover =
+        failover.map(|(grace, all)| super::failover::plan(&sub, all, grace, Timestamp::now()));
+    // a lost cluster must leave even a Dividing binding whose spec did not change (and one that
+    // is back must get its share back)
+    // a held cluster's grace ends later: look again then, whatever this cycle decides
+    *recheck = failover.as_ref().and_then(|f| f.recheck);
+    let lost = failover
+        .as_ref()
+        .is_some_and(|f| !f.lost.is_empty() || !f.returned.is_empty() || f.suppressed.is_some());
+    if !lost && !binder::needs_scheduling(&sub, inventory.as_ref()) {
         return Err("unchanged");
     }
     Ok(CycleInput {
         sub,
         fwk,
         inventory,
+        failover: failover.unwrap_or_default(),
     })
 }
 
@@ -385,17 +411,49 @@ async fn schedule_one_inner(
     events: &Events,
     offset: &mut FilterOffset,
     key: &str,
+    failover_grace: Option<Duration>,
+    recheck: &mut Option<Duration>,
 ) -> Result<Decided, CycleError> {
+    // the cache's own Arcs: a decision reads the clusters, it never copies them
+    let mut all = clusters.state();
     let CycleInput {
         sub,
         fwk,
         inventory,
-    } = match observe(profiles, subs, inventories, key) {
+        failover,
+    } = match observe(
+        profiles,
+        subs,
+        inventories,
+        key,
+        failover_grace.map(|g| (g, all.as_slice())),
+        recheck,
+    ) {
         Ok(input) => input,
         Err(outcome) => return Ok(Decided::Done(outcome)),
     };
-    // the cache's own Arcs: a decision reads the clusters, it never copies them
-    let all = clusters.state();
+    if let Some(why) = &failover.suppressed {
+        warn!(subscription = %key, reason = %why, "FailoverSuppressed");
+        metrics::counter!("clusternet_scheduler_failover_suppressed_total").increment(1);
+        events.warn(sub.as_ref(), "FailoverSuppressed", why);
+    }
+    if !failover.lost.is_empty() {
+        // failed over: not a candidate, whatever toleration (with tolerationSeconds) it had
+        all.retain(|c| !failover.lost.contains(&cluster_key(c)));
+    }
+    if !failover.hold.is_empty() {
+        // clusters within their failover grace are scheduled as if still ready (only those are copied)
+        all = all
+            .into_iter()
+            .map(|c| {
+                if failover.hold.contains(&cluster_key(&c)) {
+                    Arc::new(super::failover::as_if_ready(&c))
+                } else {
+                    c
+                }
+            })
+            .collect();
+    }
     let state = CycleState::new();
     let (target, outcome) = match super::schedule(
         fwk,
@@ -430,6 +488,21 @@ async fn schedule_one_inner(
     };
     if sub.status.as_ref() == Some(&status) {
         return Ok(Decided::Done(outcome));
+    }
+    for lost in &failover.lost {
+        if !status.binding_clusters.contains(lost) {
+            metrics::counter!("clusternet_scheduler_failover_total").increment(1);
+            let message = format!(
+                "cluster {lost} has not been ready for longer than its failover grace: failed over to {}",
+                if status.binding_clusters.is_empty() {
+                    "no cluster (none fits)".to_string()
+                } else {
+                    status.binding_clusters.join(", ")
+                }
+            );
+            info!(subscription = %key, %message, "FailedOver");
+            events.warn(sub.as_ref(), "FailedOver", &message);
+        }
     }
     // the write, its event and PostBind run beside the loop (AsyncBinder): the next decision
     // does not wait for them

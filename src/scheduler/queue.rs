@@ -107,6 +107,20 @@ impl SchedulingQueue {
         delay
     }
 
+    /// Looks at `key` again after `delay` (a timer of the scheduler's own, e.g. a failover grace
+    /// that ends), unless it is queued or due sooner anyway.
+    pub fn add_after(&self, key: &str, delay: Duration) {
+        let mut s = self.lock();
+        if s.index.contains_key(key) {
+            return;
+        }
+        let due = Instant::now() + delay;
+        let entry = s.backoff.entry(key.to_string()).or_insert(due);
+        if due < *entry {
+            *entry = due;
+        }
+    }
+
     /// Success or deletion: no more backoff memory for the key.
     pub fn forget(&self, key: &str) {
         let mut s = self.lock();
