@@ -12,7 +12,7 @@ use clusternet::apis::{Base, Subscription};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Event;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use support::{Cluster, TestEnv, TestNamespace, create_manifests, register_with, uid, wait_for};
 
@@ -162,7 +162,19 @@ async fn a_lost_child_fails_over_after_its_grace_and_two_lost_at_once_fail_nothi
     )
     .await;
 
-    // two of three lost at once: nothing fails over, and the Subscription says why
+    // two of three lost at once: nothing fails over, and the Subscription says why. "At once"
+    // is within the grace: the two are seen lost up to a heartbeat apart, so the grace is
+    // lengthened first (a 5 s grace would fail the first over before the second is seen lost)
+    subs.patch(
+        "divided",
+        &PatchParams::default(),
+        &Patch::Merge(
+            json!({"spec": {"clusterTolerations": [{"key": "clusters.clusternet.io/unschedulable",
+            "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": 45}]}}),
+        ),
+    )
+    .await
+    .expect("lengthening the grace");
     signal_child_apiserver(env, 1, "-STOP");
     signal_child_apiserver(env, 2, "-STOP");
     let resume = Resume(env, vec![1, 2]);
