@@ -231,6 +231,21 @@ pub struct RunFlags {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cluster_failover_grace: Option<String>,
+    /// Scheduler: how long a failed-over cluster must be Ready again before it gets its share
+    /// back (also the least time between two fail-backs of one cluster), e.g. 5m
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster_failback_stable: Option<String>,
+    /// Scheduler: how many replicas a fail-back adds above a Subscription's replicas before the
+    /// returning cluster reports them available: a percentage ("25%") or a number
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failback_max_surge: Option<String>,
+    /// Scheduler: how many lost clusters per second have their Subscriptions failed over
+    /// (as kube-controller-manager's --node-eviction-rate), e.g. 0.1
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failover_eviction_rate: Option<f64>,
     /// Agent (Pull) and controller (Push): field managers whose take-over of a field is left to
     /// them, comma-separated (default: the autoscalers and kube-controller-manager)
     #[arg(long, value_delimiter = ',')]

@@ -150,6 +150,15 @@ pub struct Config {
     /// `clusters.clusternet.io/unschedulable` taint overrides it).
     #[serde(with = "go_duration")]
     pub cluster_failover_grace: Duration,
+    /// Scheduler: how long a failed-over cluster must have been Ready before it gets its share
+    /// back; also the least time between two fail-backs of one cluster (hysteresis).
+    #[serde(with = "go_duration")]
+    pub cluster_failback_stable: Duration,
+    /// Scheduler: replicas a fail-back may add above a Subscription's count while the returning
+    /// cluster is not yet available: "25%" of the replicas (rounded up) or a number.
+    pub failback_max_surge: String,
+    /// Scheduler: lost clusters per second whose Subscriptions are failed over.
+    pub failover_eviction_rate: f64,
     /// The deploying side (agent in Pull, controller in Push): how often every applied object is
     /// compared with its desired state even when its watch said nothing (a safety net: drift is
     /// seen through watches at once). A comparison writes nothing unless something drifted.
@@ -215,6 +224,9 @@ impl Default for Config {
             cluster_recovery_grace: Duration::from_secs(60),
             drift_resync: Duration::from_secs(600),
             cluster_failover_grace: Duration::from_secs(60),
+            cluster_failback_stable: Duration::from_secs(300),
+            failback_max_surge: "25%".into(),
+            failover_eviction_rate: 0.1,
             retain_managers: crate::deployer::drift::DEFAULT_RETAIN_MANAGERS
                 .iter()
                 .map(|m| m.to_string())
@@ -425,6 +437,15 @@ impl Config {
         if self.cluster_sync_mode == "Push" && !self.gate("AppPusher") {
             return bad("cluster_sync_mode Push needs the AppPusher feature gate".into());
         }
+        if let Err(e) = crate::scheduler::failover::Surge::parse(&self.failback_max_surge) {
+            return bad(format!("failback_max_surge: {e}"));
+        }
+        if !(self.failover_eviction_rate > 0.0 && self.failover_eviction_rate.is_finite()) {
+            return bad(format!(
+                "failover_eviction_rate must be a number of clusters per second > 0, got {}",
+                self.failover_eviction_rate
+            ));
+        }
         if !(0.0..=1.0).contains(&self.labels_aggregate_threshold) {
             return bad(format!(
                 "labels_aggregate_threshold must be within [0, 1], got {}",
@@ -442,6 +463,15 @@ impl Config {
             ));
         }
         Ok(())
+    }
+
+    /// How long the controller keeps the Bases of a cluster that was not ready and is unbound,
+    /// once it is Ready again: `cluster_recovery_grace`, and never shorter than the scheduler's
+    /// fail-back stable period (plus a margin for the cycle), so a returning cluster is bound
+    /// again before anything of it is deleted and nothing running there is recreated.
+    pub fn unbound_keep_window(&self) -> Duration {
+        self.cluster_recovery_grace
+            .max(self.cluster_failback_stable + Duration::from_secs(30))
     }
 
     pub fn gate(&self, name: &str) -> bool {

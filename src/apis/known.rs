@@ -91,6 +91,9 @@ pub const OBJECT_OWNED_BY_DESCRIPTION_LABEL: &str = "apps.clusternet.io/owned-by
 /// On a Subscription (copied to its Bases and Descriptions): what to do when an object is changed
 /// in a child behind Clusternet's back: `Repair` (default), `Report` or `Ignore`.
 pub const DRIFT_POLICY_ANNOTATION: &str = "apps.clusternet.io/drift-policy";
+/// On a Subscription: `Manual` turns automatic fail-back off (a failed-over cluster is not given
+/// its share back when it returns; remove the annotation, or set `Auto`, to let it come back).
+pub const FAILBACK_ANNOTATION: &str = "apps.clusternet.io/failback";
 /// On a Subscription (copied to its Bases and Descriptions): comma-separated field paths
 /// (`spec.replicas`, `metadata.annotations.team`) that Clusternet leaves to whoever changes them.
 pub const RETAIN_FIELDS_ANNOTATION: &str = "apps.clusternet.io/retain-fields";

@@ -436,7 +436,7 @@ async fn populate(ctx: &Ctx, sub: &Subscription) -> Result<Action, SubscriptionE
         &namespaces,
         &ctx.clusters.state(),
         Timestamp::now(),
-        rt.config.cluster_recovery_grace,
+        rt.config.unbound_keep_window(),
         &mut |prefix| format!("{prefix}-{}", random_suffix(5)),
     );
     // one Base per cluster, written side by side: a Subscription for 100 clusters does not wait

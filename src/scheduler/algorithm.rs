@@ -418,6 +418,9 @@ fn select(
         return Ok(available);
     };
     if dynamic {
+        // what the scheduler assigned and the clusters do not report yet (no over-commit)
+        let taken = state
+            .read::<crate::scheduler::reservation::Taken>(crate::scheduler::reservation::TAKEN);
         for (index, order) in inventory.spec.feeds.iter().enumerate() {
             if order.desired_replicas.is_none() {
                 continue;
@@ -434,7 +437,12 @@ fn select(
                         feed: feed.clone(),
                         cluster: score.namespaced_name.clone(),
                     })?;
-                per_cluster.push(value);
+                let held = taken.as_ref().map_or(0, |t| {
+                    t.0.get(&(score.namespaced_name.clone(), feed.clone()))
+                        .copied()
+                        .unwrap_or(0)
+                });
+                per_cluster.push((value - held).max(0));
             }
             available.replicas.insert(feed, per_cluster);
         }

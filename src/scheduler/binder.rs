@@ -56,6 +56,18 @@ pub fn feeds_changed(sub: &Subscription, inventory: Option<&FeedInventory>) -> b
     })
 }
 
+/// Whether the assignment in `status` falls short of (or exceeds) the desired replicas of
+/// `inventory` for some feed: [`feeds_changed`] of `sub` as it will be once `status` is written.
+pub fn feeds_changed_with(
+    status: &SubscriptionStatus,
+    sub: &Subscription,
+    inventory: &FeedInventory,
+) -> bool {
+    let mut after = sub.clone();
+    after.status = Some(status.clone());
+    feeds_changed(&after, Some(inventory))
+}
+
 /// §4.4 admission gate: `Replication` Subscriptions are always scheduled; `Dividing` ones only if
 /// the spec hash differs from `status.specHash` or [`feeds_changed`]. Pass the FeedInventory for
 /// `Dividing` (without it only the hash and feed keys are compared).

@@ -22,6 +22,7 @@ use super::framework::{
 };
 use super::predictor_client::{self, PredictorRoute};
 use super::queue::SchedulingQueue;
+use super::reservation::{self, Reservations};
 use super::{FilterOffset, PredictorClient, Profiles, Registry, binder};
 use crate::apis::known;
 use crate::apis::{
@@ -250,7 +251,16 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         queue.add_backlog(&sub_key(&s), s.spec.priority.unwrap_or(0));
     }
     let fail_over = rt.config.gate(known::FAIL_OVER);
-    let failover_grace = fail_over.then_some(rt.config.cluster_failover_grace);
+    let settings = super::failover::Settings {
+        grace: rt.config.cluster_failover_grace,
+        stable: rt.config.cluster_failback_stable,
+        // validated with the configuration
+        surge: super::failover::Surge::parse(&rt.config.failback_max_surge)
+            .unwrap_or(super::failover::Surge::Percent(25)),
+        eviction_rate: rt.config.failover_eviction_rate,
+    };
+    let mut memory = super::failover::Memory::default();
+    let mut reservations = Reservations::default();
     let triggers = spawn_triggers(&caches, queue.clone(), fail_over, stop.clone());
     let events = Events::new(rt.client.clone(), "clusternet-scheduler");
     let binder = AsyncBinder {
@@ -282,7 +292,8 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
             &events,
             &mut offset,
             &key,
-            failover_grace,
+            fail_over.then_some((&settings, &mut memory)),
+            &mut reservations,
             &mut recheck,
         )
         .await;
@@ -325,7 +336,11 @@ fn schedule_one<'a>(
     events: &'a Events,
     offset: &'a mut FilterOffset,
     key: &'a str,
-    failover_grace: Option<Duration>,
+    failover: Option<(
+        &'a super::failover::Settings,
+        &'a mut super::failover::Memory,
+    )>,
+    reservations: &'a mut Reservations,
     recheck: &'a mut Option<Duration>,
 ) -> BoxFuture<'a, Result<Decided, CycleError>> {
     Box::pin(schedule_one_inner(
@@ -336,7 +351,8 @@ fn schedule_one<'a>(
         events,
         offset,
         key,
-        failover_grace,
+        failover,
+        reservations,
         recheck,
     ))
 }
@@ -357,14 +373,23 @@ fn observe<'a>(
     subs: &Store<Subscription>,
     inventories: &Store<FeedInventory>,
     key: &str,
-    failover: Option<(Duration, &[Arc<ManagedCluster>])>,
+    failover: Option<(
+        &super::failover::Settings,
+        &mut super::failover::Memory,
+        &[Arc<ManagedCluster>],
+    )>,
     recheck: &mut Option<Duration>,
 ) -> Result<CycleInput<'a>, &'static str> {
     let (ns, name) = key.split_once('/').ok_or("dropped")?;
-    let sub = subs
+    let Some(sub) = subs
         .get(&ObjectRef::new(name).within(ns))
         .filter(|s| s.metadata.deletion_timestamp.is_none())
-        .ok_or("dropped")?;
+    else {
+        if let Some((_, memory, _)) = failover {
+            memory.forget_subscription(key);
+        }
+        return Err("dropped");
+    };
     let Some(fwk) = profiles.for_subscription(&sub) else {
         warn!(subscription = %key, scheduler = %sub.spec.effective_scheduler_name(), "no scheduler profile of that name");
         return Err("dropped");
@@ -382,16 +407,22 @@ fn observe<'a>(
     } else {
         None
     };
-    let failover =
-        failover.map(|(grace, all)| super::failover::plan(&sub, all, grace, Timestamp::now()));
-    // a lost cluster must leave even a Dividing binding whose spec did not change (and one that
-    // is back must get its share back)
-    // a held cluster's grace ends later: look again then, whatever this cycle decides
-    *recheck = failover.as_ref().and_then(|f| f.recheck);
-    let lost = failover
+    let stepping = failover
         .as_ref()
-        .is_some_and(|f| !f.lost.is_empty() || !f.returned.is_empty() || f.suppressed.is_some());
-    if !lost && !binder::needs_scheduling(&sub, inventory.as_ref()) {
+        .is_some_and(|(_, m, _)| m.is_stepping(key));
+    let failover = failover.map(|(settings, memory, all)| {
+        super::failover::plan(&sub, all, settings, memory, Timestamp::now())
+    });
+    // a held cluster's grace ends later (a returning one is stable later): look again then,
+    // whatever this cycle decides
+    *recheck = failover.as_ref().and_then(|f| f.recheck);
+    // a lost cluster must leave even a Dividing binding whose spec did not change, one that is
+    // back must get its share back, and a fail-back under way takes its next step
+    let moved = stepping
+        || failover.as_ref().is_some_and(|f| {
+            !f.lost.is_empty() || !f.returned.is_empty() || f.suppressed.is_some()
+        });
+    if !moved && !binder::needs_scheduling(&sub, inventory.as_ref()) {
         return Err("unchanged");
     }
     Ok(CycleInput {
@@ -411,7 +442,8 @@ async fn schedule_one_inner(
     events: &Events,
     offset: &mut FilterOffset,
     key: &str,
-    failover_grace: Option<Duration>,
+    mut failover_state: Option<(&super::failover::Settings, &mut super::failover::Memory)>,
+    reservations: &mut Reservations,
     recheck: &mut Option<Duration>,
 ) -> Result<Decided, CycleError> {
     // the cache's own Arcs: a decision reads the clusters, it never copies them
@@ -426,7 +458,9 @@ async fn schedule_one_inner(
         subs,
         inventories,
         key,
-        failover_grace.map(|g| (g, all.as_slice())),
+        failover_state
+            .as_mut()
+            .map(|(settings, memory)| (*settings, &mut **memory, all.as_slice())),
         recheck,
     ) {
         Ok(input) => input,
@@ -437,9 +471,13 @@ async fn schedule_one_inner(
         metrics::counter!("clusternet_scheduler_failover_suppressed_total").increment(1);
         events.warn(sub.as_ref(), "FailoverSuppressed", why);
     }
-    if !failover.lost.is_empty() {
-        // failed over: not a candidate, whatever toleration (with tolerationSeconds) it had
-        all.retain(|c| !failover.lost.contains(&cluster_key(c)));
+    if !failover.lost.is_empty() || !failover.damped.is_empty() {
+        // failed over (or not given back yet): not a candidate, whatever toleration (with
+        // tolerationSeconds) it had
+        all.retain(|c| {
+            let k = cluster_key(c);
+            !failover.lost.contains(&k) && !failover.damped.contains(&k)
+        });
     }
     if !failover.hold.is_empty() {
         // clusters within their failover grace are scheduled as if still ready (only those are copied)
@@ -455,6 +493,15 @@ async fn schedule_one_inner(
             .collect();
     }
     let state = CycleState::new();
+    let dynamic = is_dynamic(&sub);
+    if dynamic && !reservations.is_empty() {
+        reservations.release(Timestamp::now(), |cluster, held_by, feed, assigned| {
+            reflected(subs, &all, cluster, held_by, feed, assigned)
+        });
+        if let Some(inv) = inventory.as_ref() {
+            state.write(reservation::TAKEN, taken_from(reservations, inv, &all));
+        }
+    }
     let (target, outcome) = match super::schedule(
         fwk,
         &state,
@@ -476,6 +523,12 @@ async fn schedule_one_inner(
             (TargetClusters::default(), "unschedulable")
         }
     };
+    let target = match failover_state.as_mut() {
+        Some((settings, memory)) if outcome == "scheduled" => make_before_break(
+            &sub, key, target, &failover, settings, memory, &all, recheck,
+        ),
+        _ => target,
+    };
     if let Err(e) = fwk.run_reserve(&state, &sub, &target) {
         fwk.run_unreserve(&state, &sub, &target);
         return Err(e.into());
@@ -488,6 +541,35 @@ async fn schedule_one_inner(
     };
     if sub.status.as_ref() == Some(&status) {
         return Ok(Decided::Done(outcome));
+    }
+    if dynamic && let Some(inv) = inventory.as_ref() {
+        hold_assigned(reservations, key, sub.status.as_ref(), &status, inv);
+        if !reservations.is_empty() && binder::feeds_changed_with(&status, &sub, inv) {
+            // short of its replicas while holds take room: looked at again as they are released
+            *recheck = Some(recheck.map_or(SHORT_RECHECK, |r| r.min(SHORT_RECHECK)));
+        }
+    }
+    if let Some((settings, memory)) = failover_state.as_mut() {
+        let now = Timestamp::now();
+        for lost in &failover.lost {
+            if !status.binding_clusters.contains(lost) {
+                memory.failed_over(key, lost, now);
+            }
+        }
+        for back in &failover.failing_back {
+            if status.binding_clusters.contains(back) {
+                memory.failed_back(key, back);
+                metrics::counter!("clusternet_scheduler_failback_total").increment(1);
+                let message = format!(
+                    "cluster {back} has been Ready for {:?} or longer: it gets its share back, \
+                     make-before-break (replicas leave the others only once it reports them \
+                     available)",
+                    settings.stable
+                );
+                info!(subscription = %key, %message, "FailedBack");
+                events.normal(sub.as_ref(), "FailedBack", &message);
+            }
+        }
     }
     for lost in &failover.lost {
         if !status.binding_clusters.contains(lost) {
@@ -513,6 +595,191 @@ async fn schedule_one_inner(
         target,
         outcome,
     })))
+}
+
+/// Dynamic dividing (the only one that divides by predicted capacity).
+fn is_dynamic(sub: &Subscription) -> bool {
+    sub.spec.effective_scheduling_strategy() == SchedulingStrategy::Dividing
+        && sub
+            .spec
+            .dividing_scheduling
+            .as_ref()
+            .is_some_and(|d| d.type_ == crate::apis::ReplicaDividingType::Dynamic)
+}
+
+/// How often a Dynamic Subscription left short while holds take room is looked at again.
+const SHORT_RECHECK: Duration = Duration::from_secs(5);
+
+/// Whether `cluster` reports the `assigned` replicas of `feed` of `sub` available (so its
+/// predictor counts them), or the hold no longer stands (the Subscription or the cluster is
+/// gone). The binding in the cache may lag the one just decided: `assigned` is the decision's.
+fn reflected(
+    subs: &Store<Subscription>,
+    clusters: &[Arc<ManagedCluster>],
+    cluster: &str,
+    sub: &str,
+    feed: &str,
+    assigned: i32,
+) -> bool {
+    let Some((ns, name)) = sub.split_once('/') else {
+        return true;
+    };
+    let Some(found) = subs.get(&ObjectRef::new(name).within(ns)) else {
+        return true;
+    };
+    let Some(status) = found.status.as_ref() else {
+        return false;
+    };
+    let Some(id) = clusters
+        .iter()
+        .find(|c| cluster_key(c) == cluster)
+        .map(|c| c.spec.cluster_id.clone())
+    else {
+        return true;
+    };
+    status
+        .aggregated_statuses
+        .iter()
+        .filter(|a| a.feed.key() == feed)
+        .flat_map(|a| &a.feed_status_details)
+        .any(|d| d.cluster_id == id && d.feed_status.replica_status.available_replicas >= assigned)
+}
+
+/// What the holds take, in replicas of each workload feed of `inventory`, per cluster.
+fn taken_from(
+    reservations: &Reservations,
+    inventory: &FeedInventory,
+    clusters: &[Arc<ManagedCluster>],
+) -> reservation::Taken {
+    let mut taken = reservation::Taken::default();
+    for order in inventory
+        .spec
+        .feeds
+        .iter()
+        .filter(|o| o.desired_replicas.is_some())
+    {
+        let request = reservation::request_of(&order.replica_requirements);
+        for c in clusters {
+            let key = cluster_key(c);
+            let n = reservations.taken(&key, &request);
+            if n > 0 {
+                taken.0.insert((key, order.feed.key()), n);
+            }
+        }
+    }
+    taken
+}
+
+/// Holds what the new binding assigns beyond the old one (and gives back what it takes away).
+fn hold_assigned(
+    reservations: &mut Reservations,
+    key: &str,
+    old: Option<&SubscriptionStatus>,
+    new: &SubscriptionStatus,
+    inventory: &FeedInventory,
+) {
+    let now = Timestamp::now();
+    let at = |s: &SubscriptionStatus, cluster: &str, feed: &str| {
+        s.binding_clusters
+            .iter()
+            .position(|c| c == cluster)
+            .and_then(|i| s.replicas.get(feed)?.get(i).copied())
+            .unwrap_or(0)
+    };
+    for order in inventory
+        .spec
+        .feeds
+        .iter()
+        .filter(|o| o.desired_replicas.is_some())
+    {
+        let feed = order.feed.key();
+        let request = reservation::request_of(&order.replica_requirements);
+        let old_clusters = old
+            .map(|o| o.binding_clusters.as_slice())
+            .unwrap_or_default();
+        for cluster in new.binding_clusters.iter().chain(
+            old_clusters
+                .iter()
+                .filter(|c| !new.binding_clusters.contains(c)),
+        ) {
+            let before = old.map_or(0, |o| at(o, cluster, &feed));
+            let after = at(new, cluster, &feed);
+            reservations.hold(
+                cluster,
+                key,
+                &feed,
+                after - before,
+                after,
+                request.clone(),
+                now,
+            );
+        }
+    }
+}
+
+/// How often a fail-back under way looks at the replicas reported available.
+const STEP_RECHECK: Duration = Duration::from_secs(2);
+
+/// A Dividing binding that changes because clusters returned (not because its spec changed,
+/// not because one was lost: those move at once) moves make-before-break, one
+/// [`super::failover::step`] a cycle, looked at again every [`STEP_RECHECK`] until it is done.
+#[allow(clippy::too_many_arguments)]
+fn make_before_break(
+    sub: &Subscription,
+    key: &str,
+    target: TargetClusters,
+    plan: &super::failover::Plan,
+    settings: &super::failover::Settings,
+    memory: &mut super::failover::Memory,
+    clusters: &[Arc<ManagedCluster>],
+    recheck: &mut Option<Duration>,
+) -> TargetClusters {
+    let gradual = sub.spec.effective_scheduling_strategy() == SchedulingStrategy::Dividing
+        && plan.lost.is_empty()
+        && (!plan.returned.is_empty() || memory.is_stepping(key));
+    let status = sub.status.as_ref().filter(|s| {
+        gradual
+            && !s.binding_clusters.is_empty()
+            && s.spec_hash == crate::apis::hash_subscription_spec(&sub.spec)
+    });
+    let Some(status) = status else {
+        memory.set_stepping(key, false);
+        return target;
+    };
+    let available = available_replicas(status, clusters);
+    let next = super::failover::step(status, &target, &available, settings.surge);
+    let done = binder::sorted_target(&next) == binder::sorted_target(&target);
+    memory.set_stepping(key, !done);
+    if !done {
+        debug!(subscription = %key, ?next, "fail-back: make-before-break step");
+        *recheck = Some(recheck.map_or(STEP_RECHECK, |r| r.min(STEP_RECHECK)));
+    }
+    next
+}
+
+/// (cluster key, feed key) -> the replicas the cluster reports available, from the
+/// Subscription's aggregated status (clusters matched by cluster ID).
+fn available_replicas(
+    status: &SubscriptionStatus,
+    clusters: &[Arc<ManagedCluster>],
+) -> HashMap<(String, String), i32> {
+    let by_id: HashMap<&str, String> = clusters
+        .iter()
+        .map(|c| (c.spec.cluster_id.as_str(), cluster_key(c)))
+        .collect();
+    let mut out = HashMap::new();
+    for agg in &status.aggregated_statuses {
+        let feed = agg.feed.key();
+        for d in &agg.feed_status_details {
+            if let Some(cluster) = by_id.get(d.cluster_id.as_str()) {
+                out.insert(
+                    (cluster.clone(), feed.clone()),
+                    d.feed_status.replica_status.available_replicas,
+                );
+            }
+        }
+    }
+    out
 }
 
 /// Why a scheduling cycle or its binding failed; retried with the queue's backoff.

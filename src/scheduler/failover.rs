@@ -1,13 +1,24 @@
-//! Failover (#16, gate FailOver): what a Subscription's scheduling cycle does about the bound
-//! clusters that are not Ready. Upstream reschedules at once, so a heartbeat hiccup moves
-//! workloads; here a not-ready cluster stays in the binding for a grace period
+//! Failover and fail-back (#16, gate FailOver): what a Subscription's scheduling cycle does
+//! about the clusters that are lost or come back. Upstream reschedules at once, so a heartbeat
+//! hiccup moves workloads; here a not-ready cluster stays in the binding for a grace period
 //! (`--cluster-failover-grace`, or the Subscription's `clusterTolerations` `tolerationSeconds` on
 //! the not-ready taint, as pods do with node taints), and only then is it failed over: dropped
-//! from the binding, its replicas divided among the remaining clusters. When more than half of
-//! the clusters a Subscription selects turned not ready at once, nothing fails over (that looks like the parent's own
-//! network, not the children): the cycle says so instead. Pure: the scheduler feeds it what its
-//! cache holds.
+//! from the binding, its replicas divided among the remaining clusters. Lost clusters are
+//! admitted for failover at `--failover-eviction-rate` clusters per second (as nodes are evicted
+//! by kube-controller-manager). When more than half of the clusters a Subscription selects
+//! turned not ready at once, nothing fails over (that looks like the parent's own network, not
+//! the children): the cycle says so instead.
+//!
+//! A failed-over cluster that is Ready again gets its share back only once it has been Ready for
+//! `--cluster-failback-stable` (so a flapping cluster never bounces replicas, and one cluster is
+//! failed back at most once per stable period: each fail-back needs that long of readiness), and
+//! make-before-break: [`step`] adds replicas to it first, at most `--failback-max-surge` above the
+//! Subscription's count, and takes them from the others only as far as the replicas reported
+//! available allow. `apps.clusternet.io/failback: Manual` on a Subscription turns it off.
+//!
+//! Pure: the scheduler feeds it what its cache holds and the [`Memory`] it keeps between cycles.
 
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,24 +26,150 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use crate::apis::known;
-use crate::apis::{ManagedCluster, Subscription};
+use crate::apis::{ManagedCluster, Subscription, SubscriptionStatus};
+use crate::scheduler::framework::TargetClusters;
 
-/// What the cycle does with the bound clusters that are not Ready.
+/// The scheduler's failover settings.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    pub grace: Duration,
+    pub stable: Duration,
+    pub surge: Surge,
+    /// Lost clusters per second admitted for failover.
+    pub eviction_rate: f64,
+}
+
+/// `--failback-max-surge`: a share of the replicas (rounded up) or a number; never below one.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Surge {
+    Percent(u32),
+    Replicas(i32),
+}
+
+impl Surge {
+    pub fn parse(s: &str) -> Result<Surge, String> {
+        let t = s.trim();
+        let bad = || {
+            format!("{s:?} is neither a percentage from 1% to 100% nor a number of replicas >= 1")
+        };
+        match t.strip_suffix('%') {
+            Some(p) => match p.trim().parse::<u32>() {
+                Ok(p) if (1..=100).contains(&p) => Ok(Surge::Percent(p)),
+                _ => Err(bad()),
+            },
+            None => match t.parse::<i32>() {
+                Ok(n) if n >= 1 => Ok(Surge::Replicas(n)),
+                _ => Err(bad()),
+            },
+        }
+    }
+
+    /// The surge for a Subscription of `replicas`.
+    pub fn of(self, replicas: i32) -> i32 {
+        match self {
+            Surge::Percent(p) => {
+                let r = i64::from(replicas.max(0));
+                i32::try_from((r * i64::from(p) + 99) / 100).unwrap_or(i32::MAX)
+            }
+            Surge::Replicas(n) => n,
+        }
+        .max(1)
+    }
+}
+
+/// What the scheduler remembers between cycles (the leader's memory: a new leader starts without
+/// it, and then treats a returning cluster as a new one).
+#[derive(Debug, Default)]
+pub struct Memory {
+    /// Subscription -> cluster -> when it was failed over from it.
+    failed_over: HashMap<String, BTreeMap<String, Timestamp>>,
+    /// Lost clusters admitted for failover, and when.
+    admitted: HashMap<String, Timestamp>,
+    /// When the next lost cluster may be admitted.
+    next_slot: Option<Timestamp>,
+    /// Subscriptions whose fail-back is under way (make-before-break steps).
+    stepping: HashSet<String>,
+}
+
+impl Memory {
+    pub fn failed_over(&mut self, sub: &str, cluster: &str, now: Timestamp) {
+        self.failed_over
+            .entry(sub.to_string())
+            .or_default()
+            .insert(cluster.to_string(), now);
+    }
+
+    /// `cluster` is bound to `sub` again.
+    pub fn failed_back(&mut self, sub: &str, cluster: &str) {
+        if let Some(m) = self.failed_over.get_mut(sub) {
+            m.remove(cluster);
+            if m.is_empty() {
+                self.failed_over.remove(sub);
+            }
+        }
+    }
+
+    pub fn forget_subscription(&mut self, sub: &str) {
+        self.failed_over.remove(sub);
+        self.stepping.remove(sub);
+    }
+
+    pub fn is_stepping(&self, sub: &str) -> bool {
+        self.stepping.contains(sub)
+    }
+
+    pub fn set_stepping(&mut self, sub: &str, on: bool) {
+        if on {
+            self.stepping.insert(sub.to_string());
+        } else {
+            self.stepping.remove(sub);
+        }
+    }
+
+    /// Admits lost `cluster` for failover, or says how long until its turn.
+    fn admit(&mut self, cluster: &str, now: Timestamp, rate: f64) -> Result<(), Duration> {
+        if self.admitted.contains_key(cluster) {
+            return Ok(());
+        }
+        if let Some(slot) = self.next_slot
+            && slot > now
+        {
+            let wait = slot.duration_since(now).as_millis().max(0) as u64;
+            return Err(Duration::from_millis(wait + 50));
+        }
+        let interval = Duration::from_secs_f64(1.0 / rate.max(1e-6)).min(Duration::from_secs(3600));
+        self.next_slot = now.checked_add(interval).ok();
+        self.admitted.insert(cluster.to_string(), now);
+        Ok(())
+    }
+}
+
+/// What the cycle does about lost and returning clusters.
 #[derive(Debug, Default, PartialEq)]
 pub struct Plan {
-    /// Bound, not ready, still within their grace (or failover suppressed): scheduled as if they
-    /// were ready, so the binding keeps them.
+    /// Bound, not ready, still within their grace (or failover suppressed, or waiting for their
+    /// turn under the eviction rate): scheduled as if they were ready, so the binding keeps them.
     pub hold: Vec<String>,
     /// Bound, not ready beyond their grace: failed over (the cycle must run even for a Dividing
     /// Subscription whose spec did not change).
     pub lost: Vec<String>,
     /// Ready, schedulable, matching the Subscription and not bound: the cycle must run (a
-    /// Dividing Subscription gives it its share, e.g. back after a failover).
+    /// Dividing Subscription gives it its share, make-before-break).
     pub returned: Vec<String>,
-    /// When to look again (the first held cluster's grace ends).
+    /// Of `returned`, those that had been failed over (a fail-back).
+    pub failing_back: Vec<String>,
+    /// Failed over and not given back (yet): no candidates of this cycle.
+    pub damped: Vec<String>,
+    /// When to look again (a held cluster's grace ends, a returning one is stable).
     pub recheck: Option<Duration>,
     /// Why nothing fails over although clusters are lost.
     pub suppressed: Option<String>,
+}
+
+impl Plan {
+    fn look_again_in(&mut self, after: Duration) {
+        self.recheck = Some(self.recheck.map_or(after, |r| r.min(after)));
+    }
 }
 
 fn ready_since(mc: &ManagedCluster) -> (bool, Option<Timestamp>) {
@@ -45,6 +182,10 @@ fn ready_since(mc: &ManagedCluster) -> (bool, Option<Timestamp>) {
 
 fn key(mc: &ManagedCluster) -> String {
     format!("{}/{}", mc.namespace().unwrap_or_default(), mc.name_any())
+}
+
+fn elapsed(since: Timestamp, now: Timestamp) -> Duration {
+    Duration::from_secs(now.duration_since(since).as_secs().max(0) as u64)
 }
 
 /// The grace `sub` gives a not-ready cluster: the smallest `tolerationSeconds` of its cluster
@@ -63,14 +204,23 @@ pub fn grace(sub: &Subscription, default: Duration) -> Duration {
         .map_or(default, |s| Duration::from_secs(s.max(0) as u64))
 }
 
+/// Whether `sub` turned automatic fail-back off.
+pub fn manual_failback(sub: &Subscription) -> bool {
+    sub.annotations()
+        .get(known::FAILBACK_ANNOTATION)
+        .is_some_and(|v| v.eq_ignore_ascii_case("manual"))
+}
+
 pub fn plan(
     sub: &Subscription,
     clusters: &[Arc<ManagedCluster>],
-    default_grace: Duration,
+    settings: &Settings,
+    memory: &mut Memory,
     now: Timestamp,
 ) -> Plan {
     let mut out = Plan::default();
-    let grace = grace(sub, default_grace);
+    let sub_key = format!("{}/{}", sub.namespace().unwrap_or_default(), sub.name_any());
+    let grace = grace(sub, settings.grace);
     // the fleet is judged per Subscription: the clusters it selects (a partition of the
     // parent's network takes all of them at once)
     let live: Vec<&Arc<ManagedCluster>> = clusters
@@ -83,6 +233,16 @@ pub fn plan(
             )
         })
         .collect();
+    for c in &live {
+        if ready_since(c).0 {
+            // back: a later loss is admitted (and rate-limited) afresh
+            memory.admitted.remove(&key(c));
+        }
+    }
+    if let Some(m) = memory.failed_over.get_mut(&sub_key) {
+        // a cluster deleted or no longer selected is no fail-back's business
+        m.retain(|k, _| live.iter().any(|c| key(c) == *k));
+    }
     // "at once": clusters long gone (a dead agent never cleaned up) are neither counted as lost
     // now nor as part of the fleet
     let at_once = grace.max(AT_ONCE);
@@ -97,26 +257,41 @@ pub fn plan(
         .as_ref()
         .map(|s| s.binding_clusters.clone())
         .unwrap_or_default();
+    let manual = manual_failback(sub);
     let mut lost = Vec::new();
     for c in &live {
         let k = key(c);
+        let (ready, since) = ready_since(c);
         if !bound.contains(&k) {
-            if returned(c, now) {
-                out.returned.push(k);
+            let was_failed_over = memory
+                .failed_over
+                .get(&sub_key)
+                .is_some_and(|m| m.contains_key(&k));
+            if !was_failed_over {
+                if schedulable(c) {
+                    out.returned.push(k);
+                }
+                continue;
+            }
+            let ready_for = since.map_or(Duration::ZERO, |t| elapsed(t, now));
+            if !schedulable(c) || manual {
+                out.damped.push(k);
+            } else if ready_for < settings.stable {
+                out.damped.push(k);
+                out.look_again_in(settings.stable - ready_for + Duration::from_millis(100));
+            } else {
+                out.returned.push(k.clone());
+                out.failing_back.push(k);
             }
             continue;
         }
-        let (ready, since) = ready_since(c);
         if ready {
             continue;
         }
-        let down_for = since
-            .map(|t| Duration::from_secs(now.duration_since(t).as_secs().max(0) as u64))
-            .unwrap_or(grace);
+        let down_for = since.map_or(grace, |t| elapsed(t, now));
         if down_for < grace {
             out.hold.push(k);
-            let left = grace - down_for;
-            out.recheck = Some(out.recheck.map_or(left, |r: Duration| r.min(left)));
+            out.look_again_in(grace - down_for);
         } else {
             lost.push(k);
         }
@@ -130,12 +305,18 @@ pub fn plan(
         ));
         out.hold.extend(lost);
         // look again now and then: the suppression lifts when enough clusters are back
-        out.recheck = Some(
-            out.recheck
-                .map_or(SUPPRESSED_RECHECK, |r| r.min(SUPPRESSED_RECHECK)),
-        );
-    } else {
-        out.lost = lost;
+        out.look_again_in(SUPPRESSED_RECHECK);
+        return out;
+    }
+    for k in lost {
+        match memory.admit(&k, now, settings.eviction_rate) {
+            Ok(()) => out.lost.push(k),
+            Err(wait) => {
+                // its turn comes: held until then
+                out.hold.push(k);
+                out.look_again_in(wait);
+            }
+        }
     }
     out
 }
@@ -144,11 +325,8 @@ const SUPPRESSED_RECHECK: Duration = Duration::from_secs(30);
 /// Losses within this long of each other (or of the grace, when longer) count as "at once".
 const AT_ONCE: Duration = Duration::from_secs(300);
 
-/// A cluster a Dividing binding should consider again.
-fn returned(mc: &ManagedCluster, _now: Timestamp) -> bool {
-    // Ready and schedulable: a Dividing binding that lacks it is re-divided (a cluster back
-    // from failover gets its share again before the controller's recovery grace would remove
-    // its objects; a new cluster gets one too)
+/// Ready and without a NoSchedule/NoExecute taint.
+fn schedulable(mc: &ManagedCluster) -> bool {
     ready_since(mc).0
         && !mc
             .spec
@@ -164,6 +342,111 @@ pub fn as_if_ready(mc: &ManagedCluster) -> ManagedCluster {
         .taints
         .retain(|t| t.key != known::TAINT_CLUSTER_UNSCHEDULABLE);
     c
+}
+
+/// One make-before-break step from the binding in `current` towards `target` (both Dividing,
+/// replicas per feed in binding order), given the replicas each cluster reports available per
+/// feed (`available[(cluster, feed)]`). Per feed: replicas above a cluster's target are removed
+/// only as far as the available replicas stay at the feed's count (unavailable ones go first:
+/// they cost nothing), then replicas are added to clusters below their target up to the count
+/// plus the surge. A cluster of `current` left with nothing leaves the binding. Repeated as
+/// availability is reported, it reaches `target`; the fleet is never short meanwhile.
+pub fn step(
+    current: &SubscriptionStatus,
+    target: &TargetClusters,
+    available: &HashMap<(String, String), i32>,
+    surge: Surge,
+) -> TargetClusters {
+    let mut clusters = target.binding_clusters.clone();
+    for c in &current.binding_clusters {
+        if !clusters.contains(c) {
+            clusters.push(c.clone());
+        }
+    }
+    let n_target = target.binding_clusters.len();
+    let mut replicas = BTreeMap::new();
+    for (feed, wanted) in &target.replicas {
+        if wanted.len() != n_target {
+            // not a workload feed (an empty list): nothing to step
+            replicas.insert(feed.clone(), wanted.clone());
+            continue;
+        }
+        let now_list = current
+            .replicas
+            .get(feed)
+            .filter(|l| l.len() == current.binding_clusters.len());
+        let cur_of = |c: &String| {
+            now_list
+                .and_then(|l| {
+                    let i = current.binding_clusters.iter().position(|b| b == c)?;
+                    l.get(i).copied()
+                })
+                .unwrap_or(0)
+        };
+        let target_of = |i: usize| wanted.get(i).copied().unwrap_or(0);
+        let count: i32 = wanted.iter().sum();
+        let mut next: Vec<i32> = clusters.iter().map(cur_of).collect();
+        let avail: Vec<i32> = clusters
+            .iter()
+            .zip(&next)
+            .map(|(c, n)| {
+                available
+                    .get(&(c.clone(), feed.clone()))
+                    .copied()
+                    .unwrap_or(0)
+                    .clamp(0, (*n).max(0))
+            })
+            .collect();
+        let mut budget = (avail.iter().sum::<i32>() - count).max(0);
+        for (i, n) in next.iter_mut().enumerate() {
+            let excess = *n - target_of(i);
+            if excess <= 0 {
+                continue;
+            }
+            let free = excess.min(*n - avail[i]);
+            let paid = (excess - free).min(budget);
+            budget -= paid;
+            *n -= free + paid;
+        }
+        let mut room = (count + surge.of(count) - next.iter().sum::<i32>()).max(0);
+        for (i, n) in next.iter_mut().enumerate() {
+            let short = target_of(i) - *n;
+            if short > 0 && room > 0 {
+                let add = short.min(room);
+                *n += add;
+                room -= add;
+            }
+        }
+        replicas.insert(feed.clone(), next);
+    }
+    let keep: Vec<bool> = (0..clusters.len())
+        .map(|i| {
+            i < n_target
+                || replicas
+                    .values()
+                    .any(|l: &Vec<i32>| l.len() == clusters.len() && l[i] > 0)
+        })
+        .collect();
+    let width = clusters.len();
+    for list in replicas.values_mut() {
+        if list.len() == width {
+            *list = list
+                .iter()
+                .zip(&keep)
+                .filter(|(_, k)| **k)
+                .map(|(v, _)| *v)
+                .collect();
+        }
+    }
+    TargetClusters {
+        binding_clusters: clusters
+            .into_iter()
+            .zip(&keep)
+            .filter(|(_, k)| **k)
+            .map(|(c, _)| c)
+            .collect(),
+        replicas,
+    }
 }
 
 #[cfg(test)]
@@ -197,6 +480,13 @@ mod tests {
         .expect("a Subscription")
     }
 
+    const SETTINGS: Settings = Settings {
+        grace: Duration::from_secs(60),
+        stable: Duration::from_secs(300),
+        surge: Surge::Percent(25),
+        eviction_rate: 1000.0,
+    };
+
     fn at(s: &str) -> Timestamp {
         s.parse().expect("a time")
     }
@@ -212,7 +502,8 @@ mod tests {
         let p = plan(
             &s,
             &clusters,
-            Duration::from_secs(60),
+            &SETTINGS,
+            &mut Memory::default(),
             at("2026-12-01T10:00:20Z"),
         );
         assert_eq!(p.hold, ["clusternet-a/a"]);
@@ -221,7 +512,8 @@ mod tests {
         let p = plan(
             &s,
             &clusters,
-            Duration::from_secs(60),
+            &SETTINGS,
+            &mut Memory::default(),
             at("2026-12-01T10:01:00Z"),
         );
         assert_eq!(
@@ -236,7 +528,8 @@ mod tests {
         let p = plan(
             &quick,
             &clusters,
-            Duration::from_secs(60),
+            &SETTINGS,
+            &mut Memory::default(),
             at("2026-12-01T10:00:06Z"),
         );
         assert_eq!(p.lost, ["clusternet-a/a"]);
@@ -254,7 +547,8 @@ mod tests {
         let p = plan(
             &sub(json!([])),
             &clusters,
-            Duration::from_secs(60),
+            &SETTINGS,
+            &mut Memory::default(),
             at("2026-12-01T10:02:00Z"),
         );
         assert!(p.lost.is_empty());
@@ -280,7 +574,8 @@ mod tests {
         let p = plan(
             &sub(json!([])),
             &clusters,
-            Duration::from_secs(60),
+            &SETTINGS,
+            &mut Memory::default(),
             at("2026-12-01T10:02:00Z"),
         );
         assert_eq!(
@@ -296,7 +591,8 @@ mod tests {
             plan(
                 &sub(json!([])),
                 &two,
-                Duration::from_secs(60),
+                &SETTINGS,
+                &mut Memory::default(),
                 at("2026-12-01T10:02:00Z")
             )
             .lost,
@@ -314,10 +610,257 @@ mod tests {
             plan(
                 &sub(json!([])),
                 &clusters,
-                Duration::from_secs(60),
+                &SETTINGS,
+                &mut Memory::default(),
                 at("2026-12-01T11:00:00Z")
             ),
             Plan::default()
         );
+    }
+
+    fn sub_bound(bound: &[&str]) -> Subscription {
+        let mut s = sub(json!([]));
+        if let Some(st) = s.status.as_mut() {
+            st.binding_clusters = bound.iter().map(|b| b.to_string()).collect();
+        }
+        s
+    }
+
+    #[test]
+    fn a_failed_over_cluster_comes_back_only_once_stable_and_not_when_manual() {
+        let mut memory = Memory::default();
+        memory.failed_over("default/s", "clusternet-a/a", at("2026-12-01T10:01:00Z"));
+        let back = vec![
+            cluster("a", true, "2026-12-01T10:05:00Z"),
+            cluster("b", true, "2026-12-01T09:00:00Z"),
+            cluster("c", true, "2026-12-01T09:00:00Z"),
+        ];
+        let s = sub_bound(&["clusternet-b/b", "clusternet-c/c"]);
+        // Ready for 2 minutes of the 5: kept out, looked at again when stable
+        let p = plan(
+            &s,
+            &back,
+            &SETTINGS,
+            &mut memory,
+            at("2026-12-01T10:07:00Z"),
+        );
+        assert_eq!(p.damped, ["clusternet-a/a"]);
+        assert!(p.returned.is_empty());
+        assert_eq!(p.recheck, Some(Duration::from_millis(180_100)));
+        // stable: it returns, as a fail-back
+        let p = plan(
+            &s,
+            &back,
+            &SETTINGS,
+            &mut memory,
+            at("2026-12-01T10:10:00Z"),
+        );
+        assert_eq!(
+            (p.returned.as_slice(), p.failing_back.as_slice()),
+            (
+                &["clusternet-a/a".to_string()][..],
+                &["clusternet-a/a".to_string()][..]
+            )
+        );
+        // a flap resets the clock: Ready again 10 s ago, kept out again
+        let flapped = vec![
+            cluster("a", true, "2026-12-01T10:09:50Z"),
+            back[1].clone(),
+            back[2].clone(),
+        ];
+        let p = plan(
+            &s,
+            &flapped,
+            &SETTINGS,
+            &mut memory,
+            at("2026-12-01T10:10:00Z"),
+        );
+        assert_eq!(p.damped, ["clusternet-a/a"]);
+        // opted out: never given back automatically
+        let mut manual = s.clone();
+        manual
+            .annotations_mut()
+            .insert(known::FAILBACK_ANNOTATION.into(), "Manual".into());
+        let p = plan(
+            &manual,
+            &back,
+            &SETTINGS,
+            &mut memory,
+            at("2026-12-01T11:00:00Z"),
+        );
+        assert_eq!((p.damped.len(), p.returned.len()), (1, 0));
+        // bound again: no longer a fail-back; a cluster never failed over is simply new
+        memory.failed_back("default/s", "clusternet-a/a");
+        let p = plan(
+            &s,
+            &back,
+            &SETTINGS,
+            &mut memory,
+            at("2026-12-01T10:07:00Z"),
+        );
+        assert_eq!(
+            (p.returned.as_slice(), p.failing_back.len()),
+            (&["clusternet-a/a".to_string()][..], 0)
+        );
+    }
+
+    #[test]
+    fn lost_clusters_fail_over_at_the_eviction_rate() {
+        let clusters = vec![
+            cluster("a", false, "2026-12-01T10:00:00Z"),
+            cluster("b", false, "2026-12-01T10:00:00Z"),
+            cluster("c", true, "2026-12-01T09:00:00Z"),
+            cluster("d", true, "2026-12-01T09:00:00Z"),
+            cluster("e", true, "2026-12-01T09:00:00Z"),
+        ];
+        let slow = Settings {
+            eviction_rate: 0.1,
+            ..SETTINGS
+        };
+        let mut memory = Memory::default();
+        let s = sub_bound(&["clusternet-a/a", "clusternet-b/b", "clusternet-c/c"]);
+        let p = plan(
+            &s,
+            &clusters,
+            &slow,
+            &mut memory,
+            at("2026-12-01T10:02:00Z"),
+        );
+        assert_eq!(p.lost, ["clusternet-a/a"]);
+        assert_eq!(p.hold, ["clusternet-b/b"]);
+        assert_eq!(p.recheck, Some(Duration::from_millis(10_050)));
+        // admitted once, a lost cluster stays admitted for every Subscription
+        let p = plan(
+            &s,
+            &clusters,
+            &slow,
+            &mut memory,
+            at("2026-12-01T10:02:05Z"),
+        );
+        assert_eq!(p.lost, ["clusternet-a/a"]);
+        let p = plan(
+            &s,
+            &clusters,
+            &slow,
+            &mut memory,
+            at("2026-12-01T10:02:10Z"),
+        );
+        assert_eq!(p.lost, ["clusternet-a/a", "clusternet-b/b"]);
+    }
+
+    fn status(clusters: &[&str], replicas: &[i32]) -> SubscriptionStatus {
+        SubscriptionStatus {
+            binding_clusters: clusters.iter().map(|c| c.to_string()).collect(),
+            replicas: [
+                ("d".to_string(), replicas.to_vec()),
+                ("ns".to_string(), vec![]),
+            ]
+            .into(),
+            ..Default::default()
+        }
+    }
+
+    fn target(clusters: &[&str], replicas: &[i32]) -> TargetClusters {
+        let s = status(clusters, replicas);
+        TargetClusters {
+            binding_clusters: s.binding_clusters,
+            replicas: s.replicas,
+        }
+    }
+
+    fn avail(pairs: &[(&str, i32)]) -> HashMap<(String, String), i32> {
+        pairs
+            .iter()
+            .map(|(c, n)| ((c.to_string(), "d".to_string()), *n))
+            .collect()
+    }
+
+    #[test]
+    fn fail_back_adds_first_and_removes_only_what_is_available_elsewhere() {
+        let now = status(&["b", "c"], &[3, 3]);
+        let want = target(&["a", "b", "c"], &[2, 2, 2]);
+        let surge = Surge::parse("25%").expect("a surge");
+        // nothing available in a yet: a gets 2 (25% of 6, rounded up), b and c keep 3
+        let first = step(&now, &want, &avail(&[("b", 3), ("c", 3)]), surge);
+        assert_eq!(first, target(&["a", "b", "c"], &[2, 3, 3]));
+        let first_status = status(&["a", "b", "c"], &[2, 3, 3]);
+        // a reports 1 available: one replica may go
+        let second = step(
+            &first_status,
+            &want,
+            &avail(&[("a", 1), ("b", 3), ("c", 3)]),
+            surge,
+        );
+        assert_eq!(second, target(&["a", "b", "c"], &[2, 2, 3]));
+        // both: done
+        let done = step(
+            &first_status,
+            &want,
+            &avail(&[("a", 2), ("b", 3), ("c", 3)]),
+            surge,
+        );
+        assert_eq!(done, want);
+        // a cluster that is to have nothing leaves once what it has is not needed
+        let away = step(
+            &status(&["a", "b"], &[3, 3]),
+            &target(&["b"], &[6]),
+            &avail(&[("a", 3), ("b", 3)]),
+            Surge::Replicas(3),
+        );
+        assert_eq!(away, target(&["b", "a"], &[6, 3]));
+        let gone = step(
+            &status(&["a", "b"], &[3, 6]),
+            &target(&["b"], &[6]),
+            &avail(&[("a", 3), ("b", 6)]),
+            Surge::Replicas(3),
+        );
+        assert_eq!(gone, target(&["b"], &[6]));
+        assert_eq!(
+            Surge::parse("0%").map_err(|e| e.contains("percentage")),
+            Err(true)
+        );
+        assert!(Surge::parse("x").is_err() && Surge::parse("0").is_err());
+        assert_eq!(
+            (Surge::Percent(25).of(1), Surge::Percent(25).of(12)),
+            (1, 3)
+        );
+    }
+
+    proptest::proptest! {
+        /// Whatever the binding, the target and what is available: a step never leaves fewer
+        /// replicas available than before (up to the count), never places more than the count
+        /// plus the surge unless it already did, and repeated as replicas become available it
+        /// reaches the target.
+        #[test]
+        fn steps_keep_the_fleet_whole_and_arrive(
+            cur in proptest::collection::vec(0i32..8, 3),
+            want in proptest::collection::vec(0i32..8, 3),
+            up in proptest::collection::vec(0i32..8, 3),
+            surge in 1i32..4,
+        ) {
+            let names = ["a", "b", "c"];
+            let mut now = status(&names, &cur);
+            let wanted = target(&names, &want);
+            let count: i32 = want.iter().sum();
+            let surge = Surge::Replicas(surge);
+            let up: Vec<(&str, i32)> = names.iter().zip(&up).map(|(n, u)| (*n, (*u).min(cur[names.iter().position(|x| x == n).unwrap_or(0)]))).collect();
+            let available = avail(&up);
+            let next = step(&now, &wanted, &available, surge);
+            let d = |t: &TargetClusters, n: &str| t.binding_clusters.iter().position(|c| c == n).map_or(0, |i| t.replicas["d"][i]);
+            let before: i32 = up.iter().map(|(_, u)| *u).sum();
+            let after: i32 = up.iter().map(|(n, u)| (*u).min(d(&next, n))).sum();
+            proptest::prop_assert!(after >= before.min(count), "{before} -> {after}: {next:?}");
+            let placed: i32 = next.replicas["d"].iter().sum();
+            proptest::prop_assert!(placed <= (count + surge.of(count)).max(cur.iter().sum()));
+            // everything placed becomes available: the target is reached
+            for _ in 0..20 {
+                let t = step(&now, &wanted, &avail(&names.map(|n| (n, d(&TargetClusters { binding_clusters: now.binding_clusters.clone(), replicas: now.replicas.clone() }, n)))), surge);
+                now = SubscriptionStatus { binding_clusters: t.binding_clusters, replicas: t.replicas, ..Default::default() };
+            }
+            let reached = TargetClusters { binding_clusters: now.binding_clusters.clone(), replicas: now.replicas.clone() };
+            for n in names {
+                proptest::prop_assert_eq!(d(&reached, n), d(&wanted, n));
+            }
+        }
     }
 }

@@ -55,6 +55,7 @@ pub mod framework;
 pub mod plugins;
 pub mod predictor_client;
 pub mod queue;
+pub mod reservation;
 
 pub use algorithm::{FilterOffset, FitError, ScheduleError, ScheduleResult, schedule};
 pub use binder::{binding_status, feeds_match_inventory, needs_scheduling};

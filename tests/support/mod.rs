@@ -420,7 +420,7 @@ impl TestEnv {
             let script = format!(
                 "{bin} --role=controller,scheduler --kubeconfig={kc} --health-bind-address=127.0.0.1:0 \
                  --leader-elect-lease-duration=4s --leader-elect-renew-deadline=3s --leader-elect-retry-period=500ms \
-                 --cluster-failover-grace=2s \
+                 --cluster-failover-grace=2s --cluster-failback-stable=20s \
                  >{log} 2>&1 & pid=$!; while kill -0 {owner} 2>/dev/null && kill -0 $pid 2>/dev/null; do sleep 0.5; done; kill $pid 2>/dev/null",
                 bin = env!("CARGO_BIN_EXE_clusternet"),
                 kc = self.parent_kubeconfig().display(),
