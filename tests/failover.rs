@@ -17,30 +17,10 @@ use k8s_openapi::api::core::v1::Event;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use support::{Cluster, TestEnv, TestNamespace, create_manifests, register_with, uid, wait_for};
-
-/// SIGSTOP/SIGCONT a child's kube-apiserver (its pid file from env-up).
-fn signal_child_apiserver(env: &TestEnv, i: usize, signal: &str) {
-    let pid = std::fs::read_to_string(env.dir.join(format!("pids/child{i}-kube-apiserver.pid")))
-        .expect("the child's kube-apiserver pid file");
-    let ok = std::process::Command::new("kill")
-        .args([signal, pid.trim()])
-        .status()
-        .expect("kill")
-        .success();
-    assert!(ok, "kill {signal} child{i}'s kube-apiserver");
-}
-
-/// Resumes the stopped API servers even when the test fails half-way.
-struct Resume<'a>(&'a TestEnv, Vec<usize>);
-
-impl Drop for Resume<'_> {
-    fn drop(&mut self) {
-        for i in &self.1 {
-            signal_child_apiserver(self.0, *i, "-CONT");
-        }
-    }
-}
+use support::{
+    Cluster, Resume, TestEnv, TestNamespace, create_manifests, register_with,
+    signal_child_apiserver, uid, wait_for,
+};
 
 async fn replicas(c: &Cluster, ns: &str) -> Result<i32, String> {
     Api::<Deployment>::namespaced(c.child.clone(), ns)

@@ -1107,3 +1107,28 @@ pub async fn delete_config_workload(
             .await;
     }
 }
+
+// ---- stopping a child's API server (SIGSTOP, so it can come back) ----
+
+/// SIGSTOP/SIGCONT child `i`'s kube-apiserver (its pid file from env-up).
+pub fn signal_child_apiserver(env: &TestEnv, i: usize, signal: &str) {
+    let pid = std::fs::read_to_string(env.dir.join(format!("pids/child{i}-kube-apiserver.pid")))
+        .expect("the child's kube-apiserver pid file");
+    let ok = Command::new("kill")
+        .args([signal, pid.trim()])
+        .status()
+        .expect("kill")
+        .success();
+    assert!(ok, "kill {signal} child{i}'s kube-apiserver");
+}
+
+/// Resumes the stopped API servers even when a test fails half-way.
+pub struct Resume<'a>(pub &'a TestEnv, pub Vec<usize>);
+
+impl Drop for Resume<'_> {
+    fn drop(&mut self) {
+        for i in &self.1 {
+            signal_child_apiserver(self.0, *i, "-CONT");
+        }
+    }
+}
