@@ -13,11 +13,10 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use clusternet::apis::{ManagedCluster, Subscription};
+use clusternet::apis::ManagedCluster;
 use k8s_openapi::api::apps::v1::Deployment;
-use kube::api::{Api, DeleteParams, PostParams};
-use serde_json::{Value, json};
-use support::{Cluster, Resume, TestEnv, TestNamespace, create_manifests, register_with, uid};
+use kube::api::{Api, DeleteParams};
+use support::{Cluster, Resume, TestEnv, uid};
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -72,40 +71,12 @@ async fn main() {
     env.with_controller();
     let parent = env.parent().await;
     let id = uid();
-    let clusters = register_with(
-        env,
-        &id,
-        &[1, 2, 3],
-        "Pull",
-        &[],
-        &[
-            "--cluster-health-failure-window=3s",
-            "--cluster-status-update-frequency=2s",
-        ],
-    )
-    .await;
-    let appns = format!("fobench-{id}");
-    let objects = vec![
-        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": appns}}),
-        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": appns},
-               "spec": {"replicas": 6, "selector": {"matchLabels": {"app": "web"}},
-                        "template": {"metadata": {"labels": {"app": "web"}},
-                                     "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]}}}}),
-    ];
-    create_manifests(&parent, &objects).await;
-    let ns = TestNamespace::create(&parent, &env.parent_kubeconfig(), "fobench").await;
-    let subs: Api<Subscription> = Api::namespaced(parent.clone(), &ns.name);
-    let sub: Subscription = serde_json::from_value(json!({
-        "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Subscription", "metadata": {"name": "divided"},
-        "spec": {"schedulingStrategy": "Dividing", "dividingScheduling": {"type": "Static"},
-            "subscribers": [{"clusterAffinity": {"matchLabels": {"e2e": id}}, "weight": 1}],
-            "clusterTolerations": [{"key": "clusters.clusternet.io/unschedulable", "operator": "Exists",
-                "effect": "NoSchedule", "tolerationSeconds": grace}],
-            "feeds": objects.iter().map(support::feed_of).collect::<Vec<Value>>()}}))
-    .expect("a Subscription");
-    subs.create(&PostParams::default(), &sub)
-        .await
-        .expect("creating the Subscription");
+    let support::Divided {
+        clusters,
+        appns,
+        ns: _ns,
+        subs,
+    } = support::divided_over_three(env, &id, "fobench", grace).await;
     let split = |want: [i32; 3]| {
         let clusters = &clusters;
         let appns = &appns;

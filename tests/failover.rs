@@ -15,12 +15,9 @@ use clusternet::apis::{Base, Subscription};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Event;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use serde_json::{Value, json};
-use support::{
-    Cluster, Resume, TestEnv, TestNamespace, create_manifests, register_with,
-    signal_child_apiserver, uid, wait_for,
-};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use serde_json::json;
+use support::{Cluster, Resume, TestEnv, signal_child_apiserver, uid, wait_for};
 
 async fn replicas(c: &Cluster, ns: &str) -> Result<i32, String> {
     Api::<Deployment>::namespaced(c.child.clone(), ns)
@@ -80,41 +77,12 @@ async fn a_lost_child_fails_over_after_its_grace_and_two_lost_at_once_fail_nothi
     env.with_controller();
     let parent = env.parent().await;
     let id = uid();
-    let clusters = register_with(
-        env,
-        &id,
-        &[1, 2, 3],
-        "Pull",
-        &[],
-        &[
-            "--cluster-health-failure-window=3s",
-            "--cluster-status-update-frequency=2s",
-        ],
-    )
-    .await;
-    let appns = format!("failover-{id}");
-    let objects = vec![
-        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": appns}}),
-        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": appns},
-               "spec": {"replicas": 6, "selector": {"matchLabels": {"app": "web"}},
-                        "template": {"metadata": {"labels": {"app": "web"}},
-                                     "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]}}}}),
-    ];
-    create_manifests(&parent, &objects).await;
-    let ns = TestNamespace::create(&parent, &env.parent_kubeconfig(), "failover").await;
-    let subs: Api<Subscription> = Api::namespaced(parent.clone(), &ns.name);
-    let sub: Subscription = serde_json::from_value(json!({
-        "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Subscription", "metadata": {"name": "divided"},
-        "spec": {"schedulingStrategy": "Dividing", "dividingScheduling": {"type": "Static"},
-            "subscribers": [{"clusterAffinity": {"matchLabels": {"e2e": id}}, "weight": 1}],
-            // as pods with node taints: this Subscription waits 5 s for a not-ready cluster
-            "clusterTolerations": [{"key": "clusters.clusternet.io/unschedulable", "operator": "Exists",
-                "effect": "NoSchedule", "tolerationSeconds": 5}],
-            "feeds": objects.iter().map(support::feed_of).collect::<Vec<Value>>()}}))
-    .expect("a Subscription");
-    subs.create(&PostParams::default(), &sub)
-        .await
-        .expect("creating the Subscription");
+    let support::Divided {
+        clusters,
+        appns,
+        ns,
+        subs,
+    } = support::divided_over_three(env, &id, "failover", 5).await;
     let all: Vec<&Cluster> = clusters.iter().collect();
     wait_split(&all, &appns, &[2, 2, 2], "2/2/2", Duration::from_secs(90)).await;
     let bases: Api<Base> = Api::namespaced(parent.clone(), &clusters[0].dedicated);

@@ -14,9 +14,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use support::{
-    Cluster, TestEnv, TestNamespace, create_manifests, register, register_with, uid, wait_for,
-};
+use support::{Cluster, TestEnv, TestNamespace, create_manifests, register, uid, wait_for};
 
 const FIELD_MANAGER: &str = "clusternet/controller/deployer";
 
@@ -247,23 +245,8 @@ async fn dynamic_dividing_asks_predictors_through_the_tunnel() {
     // child1's nodes are mostly full: 6 of 8 CPUs requested on each node by ballast pods
     let _ballast = support::fill_child1(env).await;
     // no --predictor-direct-access: the predictors listen on the agents' loopback only
-    let mut clusters = Vec::new();
-    let mut ports = Vec::new();
-    for (i, child) in [1usize, 2].iter().enumerate() {
-        let port = support::free_port().to_string();
-        clusters.extend(
-            register_with(
-                env,
-                &format!("{id}{i}"),
-                &[*child],
-                "Pull",
-                &[&format!("dyn={id}")],
-                &[&format!("--predictor-port={port}")],
-            )
-            .await,
-        );
-        ports.push(port);
-    }
+    let (clusters, ports) =
+        support::register_with_predictors(env, &id, &[1, 2], "dyn", false).await;
     let mut cluster_ids = Vec::new();
     for c in &clusters {
         let mc = socket_cluster(&parent, c).await;

@@ -17,7 +17,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use support::{Cluster, TestEnv, TestNamespace, create_manifests, register_with, uid, wait_for};
+use support::{Cluster, TestEnv, TestNamespace, create_manifests, uid, wait_for};
 
 const SLOTS: &str = "clusternet.test/slots";
 
@@ -112,24 +112,7 @@ async fn dynamic_subscriptions_back_to_back_never_overcommit_a_child() {
     // room: 2 nodes x 30 slots in child2, 2 x 20 in child3
     advertise(env, 2, Some(30)).await;
     advertise(env, 3, Some(20)).await;
-    let mut clusters = Vec::new();
-    for (i, child) in [2usize, 3].iter().enumerate() {
-        let port = support::free_port().to_string();
-        clusters.extend(
-            register_with(
-                env,
-                &format!("{id}{i}"),
-                &[*child],
-                "Pull",
-                &[&format!("room={id}")],
-                &[
-                    "--predictor-direct-access",
-                    &format!("--predictor-port={port}"),
-                ],
-            )
-            .await,
-        );
-    }
+    let (clusters, _) = support::register_with_predictors(env, &id, &[2, 3], "room", true).await;
     let appns = format!("room-{id}");
     let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": appns}});
     let deployments: Vec<Value> = (0..12)

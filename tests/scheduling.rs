@@ -9,7 +9,7 @@ use clusternet::apis::{ManagedCluster, Manifest, Subscription};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use support::{Cluster, TestEnv, TestNamespace, register, register_with, uid, wait_for};
+use support::{Cluster, TestEnv, TestNamespace, register, uid, wait_for};
 
 fn manifest(name: &str, ns: &str, replicas: i32, cpu: &str) -> Manifest {
     serde_json::from_value(json!({
@@ -196,24 +196,7 @@ async fn dynamic_dividing_follows_the_childrens_free_capacity() {
     let id = uid();
     // child1's nodes are mostly full: 6 of 8 CPUs requested on each node by ballast pods
     let _ballast = support::fill_child1(env).await;
-    let mut clusters = Vec::new();
-    for (i, child) in [1usize, 3].iter().enumerate() {
-        let port = support::free_port().to_string();
-        clusters.extend(
-            register_with(
-                env,
-                &format!("{id}{i}"),
-                &[*child],
-                "Pull",
-                &[&format!("dyn={id}")],
-                &[
-                    "--predictor-direct-access",
-                    &format!("--predictor-port={port}"),
-                ],
-            )
-            .await,
-        );
-    }
+    let (clusters, _) = support::register_with_predictors(env, &id, &[1, 3], "dyn", true).await;
     let appns = format!("dyn-{id}");
     support::ensure_namespace(&parent, "clusternet-reserved").await;
     let manifests: Api<Manifest> = Api::namespaced(parent.clone(), "clusternet-reserved");

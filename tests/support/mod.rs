@@ -1132,3 +1132,94 @@ impl Drop for Resume<'_> {
         }
     }
 }
+
+/// [`register_with`] one agent per child in `children`, each with its own predictor port and the
+/// label `<label>=<id>` (Dynamic dividing tests); `direct` adds `--predictor-direct-access`.
+/// Returns the clusters and their predictor ports.
+pub async fn register_with_predictors(
+    env: &TestEnv,
+    id: &str,
+    children: &[usize],
+    label: &str,
+    direct: bool,
+) -> (Vec<Cluster>, Vec<String>) {
+    let mut clusters = Vec::new();
+    let mut ports = Vec::new();
+    for (i, child) in children.iter().enumerate() {
+        let port = free_port().to_string();
+        let port_flag = format!("--predictor-port={port}");
+        let mut flags = vec![port_flag.as_str()];
+        if direct {
+            flags.push("--predictor-direct-access");
+        }
+        clusters.extend(
+            register_with(
+                env,
+                &format!("{id}{i}"),
+                &[*child],
+                "Pull",
+                &[&format!("{label}={id}")],
+                &flags,
+            )
+            .await,
+        );
+        ports.push(port);
+    }
+    (clusters, ports)
+}
+
+/// The failover tests' and benchmark's setup: Pull agents in children 1-3 reporting every 2 s
+/// with a 3 s health window, and Subscription `divided` (in a new test namespace named after
+/// `prefix`) of Namespace `<prefix>-<id>` and Deployment `web`, 6 replicas, Dividing static
+/// 1:1:1, waiting `grace_secs` (tolerationSeconds) for a not-ready cluster.
+pub struct Divided {
+    pub clusters: Vec<Cluster>,
+    pub appns: String,
+    pub ns: TestNamespace,
+    pub subs: Api<clusternet::apis::Subscription>,
+}
+
+pub async fn divided_over_three(env: &TestEnv, id: &str, prefix: &str, grace_secs: u64) -> Divided {
+    let parent = env.parent().await;
+    let clusters = register_with(
+        env,
+        id,
+        &[1, 2, 3],
+        "Pull",
+        &[],
+        &[
+            "--cluster-health-failure-window=3s",
+            "--cluster-status-update-frequency=2s",
+        ],
+    )
+    .await;
+    let appns = format!("{prefix}-{id}");
+    let objects = vec![
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": appns}}),
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": appns},
+               "spec": {"replicas": 6, "selector": {"matchLabels": {"app": "web"}},
+                        "template": {"metadata": {"labels": {"app": "web"}},
+                                     "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]}}}}),
+    ];
+    create_manifests(&parent, &objects).await;
+    let ns = TestNamespace::create(&parent, &env.parent_kubeconfig(), prefix).await;
+    let subs: Api<clusternet::apis::Subscription> = Api::namespaced(parent.clone(), &ns.name);
+    let sub: clusternet::apis::Subscription = serde_json::from_value(json!({
+        "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Subscription", "metadata": {"name": "divided"},
+        "spec": {"schedulingStrategy": "Dividing", "dividingScheduling": {"type": "Static"},
+            "subscribers": [{"clusterAffinity": {"matchLabels": {"e2e": id}}, "weight": 1}],
+            // as pods with node taints: the Subscription's own wait for a not-ready cluster
+            "clusterTolerations": [{"key": "clusters.clusternet.io/unschedulable", "operator": "Exists",
+                "effect": "NoSchedule", "tolerationSeconds": grace_secs}],
+            "feeds": objects.iter().map(feed_of).collect::<Vec<serde_json::Value>>()}}))
+    .expect("a Subscription");
+    subs.create(&PostParams::default(), &sub)
+        .await
+        .expect("creating the Subscription");
+    Divided {
+        clusters,
+        appns,
+        ns,
+        subs,
+    }
+}
