@@ -18,6 +18,7 @@ pub mod cli;
 pub mod clusters;
 pub mod config;
 pub mod deployer;
+pub mod helm;
 pub mod hub;
 pub mod kube_ext;
 pub mod pipeline;

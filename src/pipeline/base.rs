@@ -69,6 +69,7 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     let descs = rt.cache.watch::<Description>();
     let subs = rt.cache.watch::<Subscription>();
     let inventories = rt.cache.watch::<FeedInventory>();
+    let charts = rt.cache.watch::<crate::apis::HelmChart>();
     // an empty cache that has not listed yet would look like "no Description": never decide from it
     for s in [
         manifests.ready_until(&stop).await,
@@ -122,8 +123,19 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
                 b.spec.feeds.iter().any(|f| same_feed(f, &feed))
             })))
         });
+    let f4 = by_feed.clone();
+    // a HelmChart found or lost (its status) re-renders the Bases that list it (§6)
+    let from_charts = charts.subscribe().flat_map(move |c| {
+        let (ns, name) = (c.namespace().unwrap_or_default(), c.name_any());
+        futures::stream::iter(f4(Box::new(move |b: &Base| {
+            b.spec
+                .feeds
+                .iter()
+                .any(|f| f.kind == "HelmChart" && f.namespace == ns && f.name == name)
+        })))
+    });
     let also = futures::stream::select(
-        from_manifests,
+        futures::stream::select(from_manifests, from_charts),
         futures::stream::select(from_locs, from_globs),
     );
     let ctx = Arc::new(Ctx {

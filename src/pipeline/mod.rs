@@ -6,6 +6,7 @@ pub mod base;
 pub mod feedinventory;
 pub mod feedprotection;
 pub mod feeds;
+pub mod helmchart;
 pub mod overrides;
 pub mod serviceimport;
 pub mod status;

@@ -85,6 +85,7 @@ pub async fn lead(rt: &Runtime, role: Role, leadership: Leadership, token: Cance
                 // runs with the gate off too: it then releases the finalizers it added before
                 spawn(|rt, t| Box::pin(crate::pipeline::feedprotection::run(rt, t)));
                 spawn(|rt, t| Box::pin(crate::pipeline::serviceimport::run(rt, t)));
+                spawn(|rt, t| Box::pin(crate::pipeline::helmchart::run(rt, t)));
             } else {
                 warn!("feature gate Deployer is off: no distribution pipeline");
             }

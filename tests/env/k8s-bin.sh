@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds (once) and caches the real Kubernetes binaries the tests, the demo and CI run against:
-# kube-apiserver, kube-controller-manager, kube-scheduler, kubectl (k8s.io/kubernetes), etcd, kwok and helm,
-# all from the Go module proxy. Nothing here is ever committed; the cache lives outside the work tree,
+# kube-apiserver, kube-controller-manager, kube-scheduler, kubectl (k8s.io/kubernetes), etcd, kwok, helm and
+# the CNCF distribution registry (an OCI registry for the Helm tests), all from the Go module proxy. Nothing here is ever committed; the cache lives outside the work tree,
 # keyed by version, and a warm run only checks the version stamps.
 #
 # Why a wrapper module: k8s.io/kubernetes and etcd's server module carry replace directives, which
@@ -13,6 +13,7 @@ KUBE_VERSION=${KUBE_VERSION:-1.36.3}
 ETCD_VERSION=${ETCD_VERSION:-3.6.13}
 KWOK_VERSION=${KWOK_VERSION:-0.8.0}
 HELM_VERSION=${HELM_VERSION:-3.21.4}
+REGISTRY_VERSION=${REGISTRY_VERSION:-3.0.0}
 CACHE=${CLUSTERNET_CACHE:-$HOME/.cache/clusternet}
 OUT=${CLUSTERNET_K8S_BIN:-$CACHE/k8s-v$KUBE_VERSION}
 BUILD=$CACHE/build
@@ -65,6 +66,11 @@ build_kwok() {
       echo '---'; cat "$stage/$f"; done; } > "$OUT/kwok-stages.yaml"
 }
 
+build_registry() {
+  GOBIN=$OUT go install -trimpath -ldflags "-s -w -X github.com/distribution/distribution/v3/version.version=v$REGISTRY_VERSION" \
+    "github.com/distribution/distribution/v3/cmd/registry@v$REGISTRY_VERSION"
+}
+
 build_helm() {
   local minor; minor=$(echo "$KUBE_VERSION" | cut -d. -f2)
   GOBIN=$OUT go install -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION \
@@ -99,4 +105,5 @@ BUILDER=kube step kubectl "v$KUBE_VERSION" version --client
 BUILDER=kwok step kwok "$KWOK_VERSION" --version
 [ -s "$OUT/kwok-stages.yaml" ] || (build_kwok)
 BUILDER=helm step helm "v$HELM_VERSION" version --short
+BUILDER=registry step registry "v$REGISTRY_VERSION" --version
 echo "$OUT"

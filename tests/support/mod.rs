@@ -1223,3 +1223,190 @@ pub async fn divided_over_three(env: &TestEnv, id: &str, prefix: &str, grace_sec
         subs,
     }
 }
+
+// ---- a Helm chart repository and an OCI registry on loopback ----
+
+/// An HTTP chart repository on loopback: charts of `tests/charts/` packaged with the real `helm
+/// package`, indexed with `helm repo index`, served from a temporary directory (with
+/// credentials, only to a request that presents them). Stops when dropped.
+pub struct ChartRepo {
+    pub url: String,
+    pub dir: tempfile::TempDir,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for ChartRepo {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+/// `helm package tests/charts/<chart> --version <v>` into `dir`; the package's path.
+pub fn package_chart(env: &TestEnv, chart: &str, version: &str, dir: &Path) -> PathBuf {
+    let out = Command::new(env.bin("helm"))
+        .arg("package")
+        .arg(repo_root().join("tests/charts").join(chart))
+        .args(["--version", version, "-d"])
+        .arg(dir)
+        .output()
+        .expect("helm package");
+    assert!(
+        out.status.success(),
+        "helm package: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    dir.join(format!("{chart}-{version}.tgz"))
+}
+
+pub async fn chart_repo(
+    env: &TestEnv,
+    chart: &str,
+    versions: &[&str],
+    credentials: Option<(&str, &str)>,
+) -> ChartRepo {
+    use base64::Engine;
+    use http_body_util::Full;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("binding the chart repository");
+    let port = listener.local_addr().expect("its address").port();
+    let url = format!("http://127.0.0.1:{port}");
+    let dir = tempfile::tempdir().expect("a directory for the chart repository");
+    for v in versions {
+        package_chart(env, chart, v, dir.path());
+    }
+    let out = Command::new(env.bin("helm"))
+        .args(["repo", "index"])
+        .arg(dir.path())
+        .args(["--url", &url])
+        .output()
+        .expect("helm repo index");
+    assert!(out.status.success(), "helm repo index failed");
+    let root = dir.path().to_path_buf();
+    let expected = credentials.map(|(u, p)| {
+        format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"))
+        )
+    });
+    let server = tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let root = root.clone();
+            let expected = expected.clone();
+            tokio::spawn(async move {
+                let svc =
+                    hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                        let root = root.clone();
+                        let expected = expected.clone();
+                        async move {
+                            let authorized = expected.as_deref().is_none_or(|want| {
+                                req.headers()
+                                    .get(http::header::AUTHORIZATION)
+                                    .and_then(|v| v.to_str().ok())
+                                    == Some(want)
+                            });
+                            let name = req.uri().path().trim_start_matches('/').to_string();
+                            let resp = if !authorized {
+                                http::Response::builder()
+                                    .status(401)
+                                    .header("WWW-Authenticate", "Basic realm=\"charts\"")
+                                    .body(Full::new(bytes::Bytes::new()))
+                            } else if name.contains("..") || name.contains('/') {
+                                http::Response::builder()
+                                    .status(404)
+                                    .body(Full::new(bytes::Bytes::new()))
+                            } else {
+                                match tokio::fs::read(root.join(&name)).await {
+                                    Ok(b) => http::Response::builder()
+                                        .status(200)
+                                        .body(Full::new(b.into())),
+                                    Err(_) => http::Response::builder()
+                                        .status(404)
+                                        .body(Full::new(bytes::Bytes::new())),
+                                }
+                            };
+                            Ok::<_, std::convert::Infallible>(resp.unwrap_or_default())
+                        }
+                    });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    ChartRepo { url, dir, server }
+}
+
+/// A real OCI registry (the CNCF distribution registry, built by `tests/env/k8s-bin.sh`) on
+/// loopback, plain HTTP, storing in a temporary directory. Stopped when dropped.
+pub struct OciRegistry {
+    /// `127.0.0.1:<port>`
+    pub host: String,
+    child: std::process::Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for OciRegistry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl OciRegistry {
+    pub async fn start(env: &TestEnv) -> OciRegistry {
+        let dir = tempfile::tempdir().expect("a directory for the registry");
+        let port = free_port();
+        let host = format!("127.0.0.1:{port}");
+        let config = dir.path().join("config.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nlog: {{level: warn}}\nstorage: {{filesystem: {{rootdirectory: {}}}}}\nhttp: {{addr: {host}}}\n",
+                dir.path().join("data").display()
+            ),
+        )
+        .expect("writing the registry config");
+        let child = Command::new(env.bin("registry"))
+            .arg("serve")
+            .arg(&config)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("registry.log")).expect("registry log"))
+            .spawn()
+            .expect("starting the OCI registry (tests/env/k8s-bin.sh builds it)");
+        let registry = OciRegistry {
+            host,
+            child,
+            _dir: dir,
+        };
+        wait_for("the OCI registry", Duration::from_secs(20), || async {
+            tokio::net::TcpStream::connect(&registry.host)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        })
+        .await;
+        registry
+    }
+
+    /// `helm push` of `tests/charts/<chart>` at `version` to `oci://<host>/<path>`.
+    pub fn push(&self, env: &TestEnv, chart: &str, version: &str, path: &str) {
+        let dir = tempfile::tempdir().expect("a directory for the package");
+        let package = package_chart(env, chart, version, dir.path());
+        let out = Command::new(env.bin("helm"))
+            .arg("push")
+            .arg(&package)
+            .arg(format!("oci://{}/{path}", self.host))
+            .arg("--plain-http")
+            .output()
+            .expect("helm push");
+        assert!(
+            out.status.success(),
+            "helm push: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
