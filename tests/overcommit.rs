@@ -130,8 +130,13 @@ async fn dynamic_subscriptions_back_to_back_never_overcommit_a_child() {
     create_manifests(&parent, &objects).await;
     let ns = TestNamespace::create(&parent, &env.parent_kubeconfig(), "room").await;
     let subs: Api<Subscription> = Api::namespaced(parent.clone(), &ns.name);
-    // back to back: none waits for the one before to be bound, let alone to run
+    // back to back: none waits for the one before to run; 400 ms apart, so that the children's
+    // predictors see the first ones' pods while the holds still count them (as on a slow
+    // machine), and the last ones must still find the room that is left
     for (k, d) in deployments.iter().enumerate() {
+        if k > 0 {
+            tokio::time::sleep(Duration::from_millis(400)).await;
+        }
         let sub: Subscription = serde_json::from_value(json!({
             "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Subscription",
             "metadata": {"name": format!("web{k}")},

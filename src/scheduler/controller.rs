@@ -539,15 +539,16 @@ async fn schedule_one_inner(
         BindOutcome::PatchStatus(status) => status,
         BindOutcome::Bound => return Ok(Decided::Done(outcome)),
     };
-    if sub.status.as_ref() == Some(&status) {
-        return Ok(Decided::Done(outcome));
-    }
     if dynamic && let Some(inv) = inventory.as_ref() {
         hold_assigned(reservations, key, sub.status.as_ref(), &status, inv);
+        // short of its replicas while holds take room (even when the binding is unchanged): it
+        // is looked at again as they are released
         if !reservations.is_empty() && binder::feeds_changed_with(&status, &sub, inv) {
-            // short of its replicas while holds take room: looked at again as they are released
             *recheck = Some(recheck.map_or(SHORT_RECHECK, |r| r.min(SHORT_RECHECK)));
         }
+    }
+    if sub.status.as_ref() == Some(&status) {
+        return Ok(Decided::Done(outcome));
     }
     if let Some((settings, memory)) = failover_state.as_mut() {
         let now = Timestamp::now();
