@@ -17,7 +17,6 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
-use crate::apis::known;
 use crate::apis::{HelmChart, HelmChartPhase, HelmChartStatus};
 use crate::helm::repo::{self, Credentials};
 use crate::runtime::Runtime;
@@ -67,21 +66,18 @@ fn key(c: &HelmChart) -> String {
     format!("{}/{}", c.namespace().unwrap_or_default(), c.name_any())
 }
 
-/// The feed labels of a HelmChart (§6).
+/// The feed labels of a HelmChart (§6): what finds it as a feed.
 pub fn feed_labels(c: &HelmChart) -> BTreeMap<String, String> {
-    [
-        (known::CONFIG_GROUP_LABEL, "apps.clusternet.io".to_string()),
-        (known::CONFIG_VERSION_LABEL, "v1alpha1".to_string()),
-        (known::CONFIG_KIND_LABEL, "HelmChart".to_string()),
-        (known::CONFIG_NAME_LABEL, c.name_any()),
-        (
-            known::CONFIG_NAMESPACE_LABEL,
-            c.namespace().unwrap_or_default(),
-        ),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect()
+    let feed = crate::apis::Feed::new(
+        "apps.clusternet.io/v1alpha1",
+        "HelmChart",
+        c.namespace().unwrap_or_default(),
+        c.name_any(),
+    );
+    super::feeds::manifest_selector(&feed)
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
 }
 
 /// The status a lookup's result gives (§7.1).
@@ -211,6 +207,7 @@ async fn credentials(ctx: &Ctx, chart: &HelmChart) -> Result<Option<Credentials>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::apis::known;
 
     #[test]
     fn labels_and_status_as_upstream() {

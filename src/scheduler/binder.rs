@@ -34,6 +34,15 @@ pub fn feeds_match_inventory(sub: &Subscription, inventory: &FeedInventory) -> b
 pub fn feeds_changed(sub: &Subscription, inventory: Option<&FeedInventory>) -> bool {
     let empty = Default::default();
     let replicas = sub.status.as_ref().map_or(&empty, |s| &s.replicas);
+    replicas_differ(sub, replicas, inventory)
+}
+
+/// [`feeds_changed`] with the assignment `replicas` in place of the recorded one.
+fn replicas_differ(
+    sub: &Subscription,
+    replicas: &std::collections::BTreeMap<String, Vec<i32>>,
+    inventory: Option<&FeedInventory>,
+) -> bool {
     if sub.spec.feeds.len() != replicas.len() {
         return true;
     }
@@ -63,9 +72,17 @@ pub fn feeds_changed_with(
     sub: &Subscription,
     inventory: &FeedInventory,
 ) -> bool {
-    let mut after = sub.clone();
-    after.status = Some(status.clone());
-    feeds_changed(&after, Some(inventory))
+    replicas_differ(sub, &status.replicas, Some(inventory))
+}
+
+/// The replicas of `feed` that `status` assigns to `cluster` (0 when it assigns none).
+pub fn assigned(status: &SubscriptionStatus, cluster: &str, feed: &str) -> i32 {
+    status
+        .binding_clusters
+        .iter()
+        .position(|c| c == cluster)
+        .and_then(|i| status.replicas.get(feed)?.get(i).copied())
+        .unwrap_or(0)
 }
 
 /// §4.4 admission gate: `Replication` Subscriptions are always scheduled; `Dividing` ones only if

@@ -555,6 +555,17 @@ async fn schedule_one_inner(
         for lost in &failover.lost {
             if !status.binding_clusters.contains(lost) {
                 memory.failed_over(key, lost, now);
+                metrics::counter!("clusternet_scheduler_failover_total").increment(1);
+                let message = format!(
+                    "cluster {lost} has not been ready for longer than its failover grace: failed over to {}",
+                    if status.binding_clusters.is_empty() {
+                        "no cluster (none fits)".to_string()
+                    } else {
+                        status.binding_clusters.join(", ")
+                    }
+                );
+                info!(subscription = %key, %message, "FailedOver");
+                events.warn(sub.as_ref(), "FailedOver", &message);
             }
         }
         for back in &failover.failing_back {
@@ -570,21 +581,6 @@ async fn schedule_one_inner(
                 info!(subscription = %key, %message, "FailedBack");
                 events.normal(sub.as_ref(), "FailedBack", &message);
             }
-        }
-    }
-    for lost in &failover.lost {
-        if !status.binding_clusters.contains(lost) {
-            metrics::counter!("clusternet_scheduler_failover_total").increment(1);
-            let message = format!(
-                "cluster {lost} has not been ready for longer than its failover grace: failed over to {}",
-                if status.binding_clusters.is_empty() {
-                    "no cluster (none fits)".to_string()
-                } else {
-                    status.binding_clusters.join(", ")
-                }
-            );
-            info!(subscription = %key, %message, "FailedOver");
-            events.warn(sub.as_ref(), "FailedOver", &message);
         }
     }
     // the write, its event and PostBind run beside the loop (AsyncBinder): the next decision
@@ -634,16 +630,26 @@ fn reflected(
     let Some(id) = clusters
         .iter()
         .find(|c| cluster_key(c) == cluster)
-        .map(|c| c.spec.cluster_id.clone())
+        .map(|c| c.spec.cluster_id.as_str())
     else {
         return true;
     };
-    status
-        .aggregated_statuses
-        .iter()
-        .filter(|a| a.feed.key() == feed)
-        .flat_map(|a| &a.feed_status_details)
-        .any(|d| d.cluster_id == id && d.feed_status.replica_status.available_replicas >= assigned)
+    reported_available(status)
+        .any(|(i, f, available)| i == id && f == feed && available >= assigned)
+}
+
+/// (cluster ID, feed key, available replicas) as the Subscription's aggregated status reports.
+fn reported_available(status: &SubscriptionStatus) -> impl Iterator<Item = (&str, String, i32)> {
+    status.aggregated_statuses.iter().flat_map(|agg| {
+        let feed = agg.feed.key();
+        agg.feed_status_details.iter().map(move |d| {
+            (
+                d.cluster_id.as_str(),
+                feed.clone(),
+                d.feed_status.replica_status.available_replicas,
+            )
+        })
+    })
 }
 
 /// What the holds take, in replicas of each workload feed of `inventory`, per cluster.
@@ -680,13 +686,6 @@ fn hold_assigned(
     inventory: &FeedInventory,
 ) {
     let now = Timestamp::now();
-    let at = |s: &SubscriptionStatus, cluster: &str, feed: &str| {
-        s.binding_clusters
-            .iter()
-            .position(|c| c == cluster)
-            .and_then(|i| s.replicas.get(feed)?.get(i).copied())
-            .unwrap_or(0)
-    };
     for order in inventory
         .spec
         .feeds
@@ -703,8 +702,8 @@ fn hold_assigned(
                 .iter()
                 .filter(|c| !new.binding_clusters.contains(c)),
         ) {
-            let before = old.map_or(0, |o| at(o, cluster, &feed));
-            let after = at(new, cluster, &feed);
+            let before = old.map_or(0, |o| binder::assigned(o, cluster, &feed));
+            let after = binder::assigned(new, cluster, &feed);
             reservations.hold(
                 cluster,
                 key,
@@ -768,19 +767,9 @@ fn available_replicas(
         .iter()
         .map(|c| (c.spec.cluster_id.as_str(), cluster_key(c)))
         .collect();
-    let mut out = HashMap::new();
-    for agg in &status.aggregated_statuses {
-        let feed = agg.feed.key();
-        for d in &agg.feed_status_details {
-            if let Some(cluster) = by_id.get(d.cluster_id.as_str()) {
-                out.insert(
-                    (cluster.clone(), feed.clone()),
-                    d.feed_status.replica_status.available_replicas,
-                );
-            }
-        }
-    }
-    out
+    reported_available(status)
+        .filter_map(|(id, feed, available)| Some(((by_id.get(id)?.clone(), feed), available)))
+        .collect()
 }
 
 /// Why a scheduling cycle or its binding failed; retried with the queue's backoff.

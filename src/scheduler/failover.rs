@@ -371,18 +371,7 @@ pub fn step(
             replicas.insert(feed.clone(), wanted.clone());
             continue;
         }
-        let now_list = current
-            .replicas
-            .get(feed)
-            .filter(|l| l.len() == current.binding_clusters.len());
-        let cur_of = |c: &String| {
-            now_list
-                .and_then(|l| {
-                    let i = current.binding_clusters.iter().position(|b| b == c)?;
-                    l.get(i).copied()
-                })
-                .unwrap_or(0)
-        };
+        let cur_of = |c: &String| crate::scheduler::binder::assigned(current, c, feed);
         let target_of = |i: usize| wanted.get(i).copied().unwrap_or(0);
         let count: i32 = wanted.iter().sum();
         let mut next: Vec<i32> = clusters.iter().map(cur_of).collect();
