@@ -22,8 +22,9 @@ use tracing::{debug, info, warn};
 use super::{feeds, overrides};
 use crate::apis::known;
 use crate::apis::{
-    Base, Description, DescriptionDeployer, DescriptionSpec, FeedInventory, Globalization,
-    Localization, ManagedCluster, Manifest, OverridePolicy, SchedulingStrategy, Subscription,
+    Base, ChartReference, Description, DescriptionDeployer, DescriptionSpec, FeedInventory,
+    Globalization, HelmChart, Localization, ManagedCluster, Manifest, OverridePolicy,
+    SchedulingStrategy, Subscription,
 };
 use crate::runtime::cache::Shared;
 use crate::runtime::events::Events;
@@ -51,6 +52,7 @@ struct Ctx {
     rt: Runtime,
     events: Events,
     manifests: Store<Manifest>,
+    charts: Store<HelmChart>,
     localizations: Store<Localization>,
     globalizations: Store<Globalization>,
     clusters: Store<ManagedCluster>,
@@ -69,10 +71,11 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     let descs = rt.cache.watch::<Description>();
     let subs = rt.cache.watch::<Subscription>();
     let inventories = rt.cache.watch::<FeedInventory>();
-    let charts = rt.cache.watch::<crate::apis::HelmChart>();
+    let charts = rt.cache.watch::<HelmChart>();
     // an empty cache that has not listed yet would look like "no Description": never decide from it
     for s in [
         manifests.ready_until(&stop).await,
+        charts.ready_until(&stop).await,
         locs.ready_until(&stop).await,
         descs.ready_until(&stop).await,
         subs.ready_until(&stop).await,
@@ -142,6 +145,7 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         events: Events::new(rt.client.clone(), known::CLUSTERNET_CONTROLLER_MANAGER_NAME),
         rt,
         manifests: manifests.store.clone(),
+        charts: charts.store.clone(),
         localizations: locs.store.clone(),
         globalizations: globs.store.clone(),
         clusters: clusters.store.clone(),
@@ -224,11 +228,23 @@ pub struct Problem {
     pub message: String,
 }
 
-/// What the Base's feeds render to: the child objects, and the feeds that could not be rendered.
+/// What the Base's feeds render to: the child objects, the charts, and the feeds that could not
+/// be rendered.
 #[derive(Debug, Default, PartialEq)]
 pub struct Rendered {
     pub objects: Vec<Value>,
+    pub charts: Vec<RenderedChart>,
     pub problems: Vec<Problem>,
+}
+
+/// One HelmChart feed of a Base, rendered (§5.5 Helm): which chart, its values (JSON, or a
+/// single space without value overrides, as upstream) and the HelmChart object with its chart
+/// overrides merged in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RenderedChart {
+    pub reference: ChartReference,
+    pub values: String,
+    pub chart: Value,
 }
 
 /// The overrides in scope of one Base's namespace (deployer.md §5).
@@ -242,10 +258,12 @@ pub struct Scope<'a> {
 /// Renders every feed of `base` from its Manifests with the overrides that apply. A feed that
 /// fails to render keeps its object from `previous` (the Description's current raw objects), so
 /// nothing is pruned by mistake; a missing feed or a Helm chart is a problem, the rest still deploy.
+#[allow(clippy::too_many_arguments)]
 pub fn render_feeds(
     base: &Base,
     reserved_ns: &str,
     manifests: &[Arc<Manifest>],
+    charts: &[Arc<HelmChart>],
     scope: &Scope<'_>,
     previous: &[Value],
 ) -> Rendered {
@@ -255,12 +273,50 @@ pub fn render_feeds(
         out.problems.push(Problem { reason, message });
     };
     let mut objects = Vec::new();
+    let mut rendered_charts = Vec::new();
     for feed in &base.spec.feeds {
         if feed.kind == "HelmChart" {
-            problem(
-                "NotImplemented".into(),
-                format!("feed {feed}: Helm charts are not supported by this build yet"),
+            let Some(chart) = charts.iter().find(|c| {
+                c.namespace().as_deref() == Some(feed.namespace.as_str())
+                    && c.name_any() == feed.name
+            }) else {
+                problem(
+                    "NonexistentHelmChart".into(),
+                    format!("Base {key} is using a nonexistent {feed}"),
+                );
+                continue;
+            };
+            let applicable = overrides::applicable_overrides(
+                scope.globalizations,
+                scope.localizations,
+                scope.namespace,
+                &chart.uid().unwrap_or_default(),
+                "HelmChart",
+                Some(feed),
+                scope.cluster_labels,
             );
+            let mut object = serde_json::to_value(chart.as_ref()).unwrap_or_default();
+            // what the API server keeps about the object is not the chart's to carry along
+            if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+                meta.remove("managedFields");
+            }
+            if let Some(o) = object.as_object_mut() {
+                o.remove("status");
+            }
+            match overrides::render_helm(&object, &applicable) {
+                Ok(r) => rendered_charts.push(RenderedChart {
+                    reference: ChartReference {
+                        namespace: feed.namespace.clone(),
+                        name: feed.name.clone(),
+                    },
+                    values: r.values,
+                    chart: r.chart,
+                }),
+                Err(e) => problem(
+                    "FailedApplyingOverrides".into(),
+                    format!("rendering {feed} for {key}: {e}"),
+                ),
+            }
             continue;
         }
         let found = feeds::find(feed, reserved_ns, manifests);
@@ -303,6 +359,7 @@ pub fn render_feeds(
         }
     }
     out.objects = objects;
+    out.charts = rendered_charts;
     out
 }
 
@@ -328,31 +385,66 @@ pub fn generic_name(base: &Base) -> String {
     format!("{}-generic", base.name_any())
 }
 
-/// What the Base's Descriptions must become: its Generic Description carries `objects` (written
-/// only when its spec or our labels differ from `existing`), and every other Description of the
-/// Base (`ours`, matched by the Base's uid label) goes. `Err` while the Generic Description is
-/// being deleted.
+/// The name of a Base's Helm Description.
+pub fn helm_name(base: &Base) -> String {
+    format!("{}-helm", base.name_any())
+}
+
+/// What the Base's Descriptions must become: its Generic Description carries `objects`, its
+/// Helm Description (upstream's `-helm`) the rendered `charts`, each written only when its spec,
+/// our labels or the drift settings differ from what exists; every other Description of the
+/// Base (`ours`, matched by the Base's uid label) goes. `existing` is the Generic Description as
+/// the cache has it. `Err` while a wanted Description is being deleted.
 pub fn plan_descriptions(
     base: &Base,
     objects: &[Value],
+    charts: &[RenderedChart],
     existing: Option<&Description>,
     ours: &[Arc<Description>],
 ) -> Result<Vec<DescriptionChange>, String> {
-    let name = generic_name(base);
-    let spec = DescriptionSpec {
-        deployer: DescriptionDeployer::Generic,
-        charts: Vec::new(),
-        raw: objects
+    let mut wanted: Vec<(String, DescriptionSpec, Option<&Description>)> = Vec::new();
+    // a Base of Helm charts only has no Generic Description (not an empty one that says Success)
+    if base.spec.feeds.iter().any(|f| f.kind != "HelmChart") {
+        wanted.push((
+            generic_name(base),
+            DescriptionSpec {
+                deployer: DescriptionDeployer::Generic,
+                charts: Vec::new(),
+                raw: objects
+                    .iter()
+                    .map(|o| ByteString(o.to_string().into_bytes()))
+                    .collect(),
+                chart_raw: Vec::new(),
+            },
+            existing,
+        ));
+    }
+    if !charts.is_empty() {
+        let name = helm_name(base);
+        let found = ours
             .iter()
-            .map(|o| ByteString(o.to_string().into_bytes()))
-            .collect(),
-        chart_raw: Vec::new(),
-    };
+            .find(|d| d.name_any() == name)
+            .map(|d| d.as_ref());
+        wanted.push((
+            name,
+            DescriptionSpec {
+                deployer: DescriptionDeployer::Helm,
+                charts: charts.iter().map(|c| c.reference.clone()).collect(),
+                raw: charts
+                    .iter()
+                    .map(|c| ByteString(c.values.clone().into_bytes()))
+                    .collect(),
+                chart_raw: charts
+                    .iter()
+                    .map(|c| ByteString(c.chart.to_string().into_bytes()))
+                    .collect(),
+            },
+            found,
+        ));
+    }
     let labels = description_labels(base);
     let mut changes = Vec::new();
-    // a Base of Helm charts only has no Generic Description (not an empty one that says Success)
-    let generic_wanted = base.spec.feeds.iter().any(|f| f.kind != "HelmChart");
-    if generic_wanted {
+    for (name, spec, existing) in &wanted {
         match existing {
             Some(d) if d.metadata.deletion_timestamp.is_some() => {
                 return Err(format!("Description {name} is being deleted; waiting"));
@@ -361,27 +453,24 @@ pub fn plan_descriptions(
                 let has_labels = labels.iter().all(|(k, v)| d.labels().get(k) == Some(v));
                 let same_settings =
                     super::subscription::same_drift_settings(base.annotations(), d.annotations());
-                if d.spec != spec || !has_labels || !same_settings {
-                    let body = description_body(base, &name, &labels, &spec);
+                if d.spec != *spec || !has_labels || !same_settings {
                     changes.push(DescriptionChange::Update {
                         name: name.clone(),
-                        body,
+                        body: description_body(base, name, &labels, spec),
                     });
                 }
             }
-            None => {
-                let body = description_body(base, &name, &labels, &spec);
-                changes.push(DescriptionChange::Create {
-                    name: name.clone(),
-                    body,
-                });
-            }
+            None => changes.push(DescriptionChange::Create {
+                name: name.clone(),
+                body: description_body(base, name, &labels, spec),
+            }),
         }
     }
     changes.extend(
         ours.iter()
             .filter(|d| {
-                (d.name_any() != name || !generic_wanted) && d.metadata.deletion_timestamp.is_none()
+                !wanted.iter().any(|(n, _, _)| *n == d.name_any())
+                    && d.metadata.deletion_timestamp.is_none()
             })
             .map(|d| DescriptionChange::Delete { name: d.name_any() }),
     );
@@ -491,6 +580,7 @@ async fn render(ctx: &Ctx, base: &Base) -> Result<Action, BaseError> {
         base,
         &ctx.rt.config.reserved_namespace,
         &ctx.manifests.state(),
+        &ctx.charts.state(),
         &scope,
         &previous,
     );
@@ -500,11 +590,17 @@ async fn render(ctx: &Ctx, base: &Base) -> Result<Action, BaseError> {
         }
         ctx.events.warn(base, &p.reason, &p.message);
     }
-    let changes = plan_descriptions(base, &rendered.objects, seen.existing.as_ref(), &seen.ours)
-        .map_err(|message| BaseError::Feed {
-            base: key.clone(),
-            message,
-        })?;
+    let changes = plan_descriptions(
+        base,
+        &rendered.objects,
+        &rendered.charts,
+        seen.existing.as_ref(),
+        &seen.ours,
+    )
+    .map_err(|message| BaseError::Feed {
+        base: key.clone(),
+        message,
+    })?;
     apply_descriptions(ctx, base, changes).await?;
     Ok(Action::requeue(Duration::from_secs(
         if rendered.problems.is_empty() {
@@ -676,7 +772,7 @@ mod tests {
     }
 
     fn description(base: &Base, objects: &[Value]) -> Description {
-        let plan = plan_descriptions(base, objects, None, &[]).expect("a plan");
+        let plan = plan_descriptions(base, objects, &[], None, &[]).expect("a plan");
         let Some(DescriptionChange::Create { body, .. }) = plan.into_iter().next() else {
             panic!("a create");
         };
@@ -694,10 +790,76 @@ mod tests {
             feed("HelmChart", "h")
         ]));
         let manifests = vec![manifest("ConfigMap", "a", cm("a", "1"))];
-        let r = render_feeds(&b, "clusternet-reserved", &manifests, &no_overrides(), &[]);
+        let r = render_feeds(
+            &b,
+            "clusternet-reserved",
+            &manifests,
+            &[],
+            &no_overrides(),
+            &[],
+        );
         assert_eq!(r.objects, vec![cm("a", "1")]);
         let reasons: Vec<&str> = r.problems.iter().map(|p| p.reason.as_str()).collect();
-        assert_eq!(reasons, ["NonexistentConfigMap", "NotImplemented"]);
+        assert_eq!(reasons, ["NonexistentConfigMap", "NonexistentHelmChart"]);
+    }
+
+    #[test]
+    fn charts_render_into_a_helm_description_beside_the_generic_one() {
+        let b = base(json!([feed("ConfigMap", "a"), feed("HelmChart", "h")]));
+        let manifests = vec![manifest("ConfigMap", "a", cm("a", "1"))];
+        let chart: Arc<HelmChart> = Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "HelmChart",
+                "metadata": {"name": "h", "namespace": "demo", "uid": "chart-uid",
+                    "managedFields": [{"manager": "kubectl"}]},
+                "spec": {"repo": "http://127.0.0.1:1", "chart": "hello", "version": "0.1.0",
+                    "targetNamespace": "hello"},
+                "status": {"phase": "Found"}}))
+            .expect("a HelmChart"),
+        );
+        let r = render_feeds(
+            &b,
+            "clusternet-reserved",
+            &manifests,
+            &[chart],
+            &no_overrides(),
+            &[],
+        );
+        assert!(r.problems.is_empty(), "{:?}", r.problems);
+        assert_eq!(r.charts.len(), 1);
+        // no value overrides: upstream's single space; the chart object without server state
+        assert_eq!(r.charts[0].values, " ");
+        assert_eq!(r.charts[0].chart["spec"]["chart"], "hello");
+        assert!(r.charts[0].chart.get("status").is_none());
+        assert!(r.charts[0].chart["metadata"].get("managedFields").is_none());
+        let plan = plan_descriptions(&b, &r.objects, &r.charts, None, &[]).expect("a plan");
+        let names: Vec<&str> = plan
+            .iter()
+            .map(|c| match c {
+                DescriptionChange::Create { name, .. } => name.as_str(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(names, [generic_name(&b), helm_name(&b)]);
+        let DescriptionChange::Create { body, .. } = &plan[1] else {
+            panic!("a create");
+        };
+        let d: Description = serde_json::from_value(body.clone()).expect("a Description");
+        assert_eq!(d.spec.deployer, DescriptionDeployer::Helm);
+        assert_eq!(
+            d.spec.charts,
+            [ChartReference {
+                namespace: "demo".into(),
+                name: "h".into()
+            }]
+        );
+        assert_eq!((d.spec.raw.len(), d.spec.chart_raw.len()), (1, 1));
+        // charts gone: the Helm Description goes
+        let helm = Arc::new(d);
+        let plan = plan_descriptions(&b, &r.objects, &[], None, &[helm]).expect("a plan");
+        assert!(plan.contains(&DescriptionChange::Delete {
+            name: helm_name(&b)
+        }));
     }
 
     #[test]
@@ -717,18 +879,25 @@ mod tests {
             ..no_overrides()
         };
         let previous = vec![cm("a", "old")];
-        let r = render_feeds(&b, "clusternet-reserved", &manifests, &scope, &previous);
+        let r = render_feeds(
+            &b,
+            "clusternet-reserved",
+            &manifests,
+            &[],
+            &scope,
+            &previous,
+        );
         assert_eq!(r.objects, previous);
         assert_eq!(r.problems[0].reason, "FailedApplyingOverrides");
         // nothing rendered before: the object is left out, not rendered without its overrides
-        let r = render_feeds(&b, "clusternet-reserved", &manifests, &scope, &[]);
+        let r = render_feeds(&b, "clusternet-reserved", &manifests, &[], &scope, &[]);
         assert!(r.objects.is_empty());
     }
 
     #[test]
     fn a_missing_description_is_created_with_our_labels_finalizer_and_owner() {
         let b = base(json!([feed("ConfigMap", "a")]));
-        let plan = plan_descriptions(&b, &[cm("a", "1")], None, &[]).expect("a plan");
+        let plan = plan_descriptions(&b, &[cm("a", "1")], &[], None, &[]).expect("a plan");
         let [DescriptionChange::Create { name, body }] = plan.as_slice() else {
             panic!("one create: {plan:?}");
         };
@@ -755,10 +924,10 @@ mod tests {
         let d = description(&b, &[cm("a", "1")]);
         let ours = [Arc::new(d.clone())];
         assert_eq!(
-            plan_descriptions(&b, &[cm("a", "1")], Some(&d), &ours),
+            plan_descriptions(&b, &[cm("a", "1")], &[], Some(&d), &ours),
             Ok(vec![])
         );
-        let plan = plan_descriptions(&b, &[cm("a", "2")], Some(&d), &ours).expect("a plan");
+        let plan = plan_descriptions(&b, &[cm("a", "2")], &[], Some(&d), &ours).expect("a plan");
         assert!(
             matches!(plan.as_slice(), [DescriptionChange::Update { .. }]),
             "{plan:?}"
@@ -766,7 +935,8 @@ mod tests {
         // a label of ours gone: updated
         let mut unlabelled = d.clone();
         unlabelled.labels_mut().remove(known::CONFIG_NAME_LABEL);
-        let plan = plan_descriptions(&b, &[cm("a", "1")], Some(&unlabelled), &ours).expect("plan");
+        let plan =
+            plan_descriptions(&b, &[cm("a", "1")], &[], Some(&unlabelled), &ours).expect("plan");
         assert!(
             matches!(plan.as_slice(), [DescriptionChange::Update { .. }]),
             "{plan:?}"
@@ -780,7 +950,7 @@ mod tests {
         let mut helm = d.clone();
         helm.metadata.name = Some("app-x1-helm".into());
         let ours = [Arc::new(d.clone()), Arc::new(helm)];
-        let plan = plan_descriptions(&b, &[cm("a", "1")], Some(&d), &ours).expect("a plan");
+        let plan = plan_descriptions(&b, &[cm("a", "1")], &[], Some(&d), &ours).expect("a plan");
         assert_eq!(
             plan,
             vec![DescriptionChange::Delete {
@@ -789,7 +959,7 @@ mod tests {
         );
         // a Base of Helm charts only: no Generic Description, the old one goes
         let helm_only = base(json!([feed("HelmChart", "h")]));
-        let plan = plan_descriptions(&helm_only, &[], Some(&d), &ours[..1]).expect("a plan");
+        let plan = plan_descriptions(&helm_only, &[], &[], Some(&d), &ours[..1]).expect("a plan");
         assert_eq!(
             plan,
             vec![DescriptionChange::Delete {
@@ -799,7 +969,7 @@ mod tests {
         d.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
             k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
         ));
-        assert!(plan_descriptions(&b, &[cm("a", "1")], Some(&d), &[]).is_err());
+        assert!(plan_descriptions(&b, &[cm("a", "1")], &[], Some(&d), &[]).is_err());
     }
 
     fn sub(strategy: &str) -> Subscription {
