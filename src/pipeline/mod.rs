@@ -7,6 +7,7 @@ pub mod feedinventory;
 pub mod feedprotection;
 pub mod feeds;
 pub mod helmchart;
+pub mod helmrelease;
 pub mod overrides;
 pub mod serviceimport;
 pub mod status;
