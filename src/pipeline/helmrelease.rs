@@ -1,15 +1,193 @@
-//! Description(Helm) -> HelmRelease (docs/spec/deployer.md §7.2), the pure half: the HelmReleases
-//! a Helm Description asks for, exactly as upstream names and labels them. (WIP for #15: the
-//! controller loop that applies them and the Helm deployer that reconciles them are next.)
+//! Description(Helm) -> HelmRelease (docs/spec/deployer.md §7.2): the HelmReleases a Helm
+//! Description asks for, exactly as upstream names and labels them ([`plan_releases`], pure),
+//! applied with server-side apply; the ones it no longer asks for are deleted, and a Description
+//! being deleted keeps its finalizer until its HelmReleases are gone (their own finalizer is the
+//! Helm deployer's: it uninstalls the release first). (WIP for #15: the Helm deployer that
+//! reconciles HelmReleases in the children is next.)
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
 
 use base64::Engine;
+use futures::StreamExt;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use tracing::info;
 
 use crate::apis::known;
-use crate::apis::{Description, DescriptionDeployer, HelmChart};
+use crate::apis::{Description, DescriptionDeployer, HelmChart, HelmRelease};
+use crate::runtime::cache::Shared;
+use crate::runtime::events::Events;
+use crate::runtime::{Runtime, api_code, apply};
+
+/// The field manager of the HelmReleases we write.
+pub const FIELD_MANAGER: &str = "clusternet/controller/helmrelease";
+
+#[derive(Debug, thiserror::Error)]
+pub enum HelmReleaseError {
+    #[error("Description {description}: {what}: {source}")]
+    Api {
+        description: String,
+        what: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+struct Ctx {
+    rt: Runtime,
+    events: Events,
+    releases: Shared<HelmRelease>,
+}
+
+pub async fn run(rt: Runtime, stop: CancellationToken) {
+    let descs = rt.cache.watch::<Description>();
+    let releases = rt.cache.watch::<HelmRelease>();
+    if !releases.ready_until(&stop).await {
+        return;
+    }
+    // a HelmRelease that goes (its release uninstalled) may let its Description go
+    let store = descs.store.clone();
+    let also = releases.subscribe().filter_map(move |r| {
+        let owner = r
+            .labels()
+            .get(known::CONFIG_NAME_LABEL)
+            .cloned()
+            .zip(r.namespace());
+        let found = owner.and_then(|(name, ns)| {
+            store.get(&kube::runtime::reflector::ObjectRef::new(&name).within(&ns))
+        });
+        futures::future::ready(
+            found.map(|d| kube::runtime::reflector::ObjectRef::from_obj(d.as_ref())),
+        )
+    });
+    let ctx = Arc::new(Ctx {
+        events: Events::new(rt.client.clone(), known::CLUSTERNET_CONTROLLER_MANAGER_NAME),
+        rt,
+        releases,
+    });
+    crate::runtime::controller::run_with("helmrelease", descs, 4, stop, also, move |d| {
+        let ctx = ctx.clone();
+        async move { reconcile(&ctx, d).await }
+    })
+    .await;
+}
+
+/// The HelmReleases of `desc` in the cache (by its uid label).
+fn releases_of(ctx: &Ctx, desc: &Description) -> Vec<Arc<HelmRelease>> {
+    let uid = desc.uid().unwrap_or_default();
+    let ns = desc.namespace();
+    ctx.releases.store.state_filter(|r| {
+        r.namespace() == ns && r.labels().get(known::CONFIG_UID_LABEL) == Some(&uid)
+    })
+}
+
+async fn reconcile(ctx: &Ctx, desc: Arc<Description>) -> Result<Action, HelmReleaseError> {
+    if desc.spec.deployer != DescriptionDeployer::Helm {
+        return Ok(Action::await_change());
+    }
+    let key = format!(
+        "{}/{}",
+        desc.namespace().unwrap_or_default(),
+        desc.name_any()
+    );
+    let ns = desc.namespace().unwrap_or_default();
+    let releases: Api<HelmRelease> = Api::namespaced(ctx.rt.client.clone(), &ns);
+    let fail = |what: &'static str| {
+        let description = key.clone();
+        move |source| HelmReleaseError::Api {
+            description,
+            what,
+            source,
+        }
+    };
+    let existing = releases_of(ctx, &desc);
+    if desc.metadata.deletion_timestamp.is_some() {
+        for r in existing
+            .iter()
+            .filter(|r| r.metadata.deletion_timestamp.is_none())
+        {
+            delete(&releases, &r.name_any())
+                .await
+                .map_err(fail("deleting a HelmRelease"))?;
+        }
+        if !existing.is_empty() {
+            // the Helm deployer uninstalls each release, then lets its HelmRelease go
+            return Ok(Action::requeue(Duration::from_secs(10)));
+        }
+        if desc.finalizers().iter().any(|f| f == known::APP_FINALIZER) {
+            let fins: Vec<&String> = desc
+                .finalizers()
+                .iter()
+                .filter(|f| *f != known::APP_FINALIZER)
+                .collect();
+            Api::<Description>::namespaced(ctx.rt.client.clone(), &ns)
+                .patch(
+                    &desc.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"metadata": {"finalizers": fins,
+                        "resourceVersion": desc.resource_version()}})),
+                )
+                .await
+                .map_err(fail("releasing the Description's finalizer"))?;
+        }
+        return Ok(Action::await_change());
+    }
+    let wanted = match plan_releases(&desc) {
+        Ok(w) => w,
+        Err(e) => {
+            let reason = e
+                .split(':')
+                .next()
+                .unwrap_or("InvalidDescription")
+                .to_string();
+            ctx.events.warn(desc.as_ref(), &reason, &e);
+            return Ok(Action::await_change());
+        }
+    };
+    let names: Vec<String> = wanted
+        .iter()
+        .filter_map(|w| w["metadata"]["name"].as_str().map(str::to_string))
+        .collect();
+    for (name, body) in names.iter().zip(&wanted) {
+        let current = existing.iter().find(|r| r.name_any() == *name);
+        if current.is_some_and(|c| same_release(c, body)) {
+            continue;
+        }
+        apply::apply(&releases, FIELD_MANAGER, name, body)
+            .await
+            .map_err(fail("applying a HelmRelease"))?;
+        info!(description = %key, helmrelease = %name, "HelmRelease applied");
+    }
+    for r in existing.iter().filter(|r| !names.contains(&r.name_any())) {
+        delete(&releases, &r.name_any())
+            .await
+            .map_err(fail("deleting a stale HelmRelease"))?;
+    }
+    Ok(Action::await_change())
+}
+
+/// Whether `current` already is what `body` asks for (spec and our labels): nothing to write.
+fn same_release(current: &HelmRelease, body: &Value) -> bool {
+    let spec = serde_json::to_value(&current.spec).unwrap_or_default();
+    let labels_ok = body["metadata"]["labels"].as_object().is_some_and(|l| {
+        l.iter()
+            .all(|(k, v)| current.labels().get(k).map(String::as_str) == v.as_str())
+    });
+    spec == body["spec"] && labels_ok
+}
+
+async fn delete(api: &Api<HelmRelease>, name: &str) -> kube::Result<()> {
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(e) if api_code(&e) == Some(404) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
 
 /// The HelmRelease objects (apply bodies) `desc` wants, or why it cannot say (upstream's
 /// `UnequalLengths`, a chart that does not decode).
@@ -140,6 +318,12 @@ mod tests {
         // no value overrides (upstream's single space): no overrides at all
         let r = plan_releases(&desc(" ")).expect("releases");
         assert!(r[0]["spec"].get("overrides").is_none());
+        // what exists as planned is not written again; another spec or a missing label is
+        let body = &plan_releases(&desc(" ")).expect("releases")[0];
+        let mut current: HelmRelease = serde_json::from_value(body.clone()).expect("a HelmRelease");
+        assert!(same_release(&current, body));
+        current.spec.options.version = "9.5.0".into();
+        assert!(!same_release(&current, body));
         // lengths that disagree
         let mut bad = desc(" ");
         bad.spec.raw.clear();
