@@ -246,6 +246,11 @@ pub struct RunFlags {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failover_eviction_rate: Option<f64>,
+    /// Agent (Pull) and controller (Push): the helm v3 executable that installs HelmReleases
+    /// (a path, or a name looked up in PATH)
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub helm_binary: Option<String>,
     /// Agent (Pull) and controller (Push): field managers whose take-over of a field is left to
     /// them, comma-separated (default: the autoscalers and kube-controller-manager)
     #[arg(long, value_delimiter = ',')]

@@ -159,6 +159,9 @@ pub struct Config {
     pub failback_max_surge: String,
     /// Scheduler: lost clusters per second whose Subscriptions are failed over.
     pub failover_eviction_rate: f64,
+    /// The deploying side: the helm v3 executable HelmReleases are installed with (a path, or a
+    /// name looked up in PATH).
+    pub helm_binary: String,
     /// The deploying side (agent in Pull, controller in Push): how often every applied object is
     /// compared with its desired state even when its watch said nothing (a safety net: drift is
     /// seen through watches at once). A comparison writes nothing unless something drifted.
@@ -226,6 +229,7 @@ impl Default for Config {
             cluster_failover_grace: Duration::from_secs(60),
             cluster_failback_stable: Duration::from_secs(300),
             failback_max_surge: "25%".into(),
+            helm_binary: "helm".into(),
             failover_eviction_rate: 0.1,
             retain_managers: crate::deployer::drift::DEFAULT_RETAIN_MANAGERS
                 .iter()

@@ -1,18 +1,25 @@
-//! HelmChart feeds (#15, part: validation, docs/spec/deployer.md §7.1) against real control
-//! planes, a real chart repository (charts of `tests/charts/` packaged and indexed with the real
-//! `helm`, served on loopback, one copy behind basic auth) and a real OCI registry (the CNCF
-//! distribution registry, `helm push`ed to). Every HelmChart gets its feed labels and says Found,
-//! or NotFound with Helm's reason; fixing the version finds it.
+//! HelmChart feeds (#15, docs/spec/deployer.md §7) against real control planes, a real chart
+//! repository (charts of `tests/charts/` packaged and indexed with the real `helm`, served on
+//! loopback, one copy behind basic auth) and a real OCI registry (the CNCF distribution registry,
+//! `helm push`ed to). Every HelmChart gets its feed labels and says Found, or NotFound with Helm's
+//! reason; a Subscription of charts becomes releases in real children (`helm list` there shows
+//! them), upgraded when the chart changes and only then, uninstalled when it goes; Pull and Push.
 
 mod support;
 
 use std::time::Duration;
 
-use clusternet::apis::{HelmChart, HelmChartPhase};
-use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use clusternet::apis::{
+    Base, Description, DescriptionPhase, HelmChart, HelmChartPhase, HelmRelease, Localization,
+    Subscription,
+};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use support::{OciRegistry, TestEnv, TestNamespace, chart_repo, wait_for};
+use support::{
+    Cluster, OciRegistry, TestEnv, TestNamespace, chart_repo, helm_list, register, uid, wait_for,
+};
 
 async fn create(api: &Api<HelmChart>, name: &str, spec: Value) {
     let chart: HelmChart = serde_json::from_value(json!({
@@ -154,4 +161,332 @@ async fn helm_charts_are_found_in_repositories_and_registries_or_say_why_not() {
         .await
         .expect("fixing the version");
     phase_of(&charts, "no-version", HelmChartPhase::Found).await;
+}
+
+/// Waits until child `i` has release `name` in `ns` at `revision`, deployed, of `chart`.
+async fn released(env: &TestEnv, i: usize, ns: &str, name: &str, revision: i64, chart: &str) {
+    wait_for(
+        &format!("release {ns}/{name} revision {revision} deployed in child {i}"),
+        Duration::from_secs(90),
+        || async {
+            let list = helm_list(env, i, ns);
+            let found = list.iter().find(|r| r.0 == name);
+            match found {
+                Some(r) if r.1 == revision && r.2 == "deployed" && r.3 == chart => Ok(()),
+                _ => Err(format!("{list:?}")),
+            }
+        },
+    )
+    .await;
+}
+
+async fn greeting(child: &kube::Client, ns: &str, release: &str) -> (String, String) {
+    let cm = Api::<ConfigMap>::namespaced(child.clone(), ns)
+        .get(&format!("{release}-hello"))
+        .await
+        .expect("the chart's ConfigMap");
+    let data = cm.data.unwrap_or_default();
+    (
+        data.get("greeting").cloned().unwrap_or_default(),
+        data.get("chartVersion").cloned().unwrap_or_default(),
+    )
+}
+
+fn subscription(id: &str, ns: &str, charts: &[&str]) -> Subscription {
+    serde_json::from_value(json!({
+        "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Subscription",
+        "metadata": {"name": "charts"},
+        "spec": {"subscribers": [{"clusterAffinity": {"matchLabels": {"e2e": id}}}],
+            "feeds": charts.iter().map(|c| json!({"apiVersion": "apps.clusternet.io/v1alpha1",
+                "kind": "HelmChart", "namespace": ns, "name": c})).collect::<Vec<_>>()}}))
+    .expect("a Subscription")
+}
+
+/// Deletes the Subscription and waits until no release, HelmRelease, Description or Base of it
+/// is left.
+async fn delete_and_wait_clean(
+    env: &TestEnv,
+    subs: &Api<Subscription>,
+    children: &[usize],
+    namespaces: &[String],
+) {
+    let parent = env.parent().await;
+    let sub = subs.get("charts").await.expect("the Subscription");
+    let uid = sub.uid().unwrap_or_default();
+    subs.delete("charts", &DeleteParams::default())
+        .await
+        .expect("deleting the Subscription");
+    for &i in children {
+        for ns in namespaces {
+            wait_for(
+                &format!("no release left in child {i} {ns}"),
+                Duration::from_secs(90),
+                || async {
+                    let list = helm_list(env, i, ns);
+                    if list.is_empty() {
+                        Ok(())
+                    } else {
+                        Err(format!("{list:?}"))
+                    }
+                },
+            )
+            .await;
+        }
+    }
+    let sel = ListParams::default().labels(&format!("apps.clusternet.io/subs.uid={uid}"));
+    wait_for(
+        "no HelmRelease, Description or Base left",
+        Duration::from_secs(60),
+        || async {
+            let n = |e: kube::Error| e.to_string();
+            let h = Api::<HelmRelease>::all(parent.clone())
+                .list(&sel)
+                .await
+                .map_err(n)?;
+            let d = Api::<Description>::all(parent.clone())
+                .list(&sel)
+                .await
+                .map_err(n)?;
+            let b = Api::<Base>::all(parent.clone())
+                .list(&sel)
+                .await
+                .map_err(n)?;
+            match (h.items.len(), d.items.len(), b.items.len()) {
+                (0, 0, 0) => Ok(()),
+                other => Err(format!("{other:?} HelmReleases, Descriptions, Bases")),
+            }
+        },
+    )
+    .await;
+}
+
+/// The HelmReleases of the Subscription in cluster `c`'s namespace, by chart name.
+async fn releases_in(parent: &kube::Client, c: &Cluster) -> Vec<HelmRelease> {
+    Api::<HelmRelease>::namespaced(parent.clone(), &c.dedicated)
+        .list(&ListParams::default())
+        .await
+        .expect("listing HelmReleases")
+        .items
+}
+
+#[tokio::test]
+async fn charts_from_a_repository_and_a_registry_are_released_in_every_pull_child() {
+    let env = TestEnv::get();
+    env.with_controller();
+    let parent = env.parent().await;
+    let id = uid();
+    let clusters = register(env, &id, &[1, 2], "Pull", &[]).await;
+    let repo = chart_repo(env, "hello", &["0.1.0", "0.2.0"], None).await;
+    let registry = OciRegistry::start(env).await;
+    registry.push(env, "hello", "0.1.0", "charts");
+    let ns = TestNamespace::create(&parent, &env.parent_kubeconfig(), "helmrel").await;
+    let charts: Api<HelmChart> = Api::namespaced(parent.clone(), &ns.name);
+    let (web_ns, oci_ns) = (format!("hr-web-{id}"), format!("hr-oci-{id}"));
+    let oci = format!("oci://{}/charts", registry.host);
+    for (name, spec) in [
+        (
+            "web",
+            json!({"repo": repo.url, "chart": "hello", "version": "0.1.0", "targetNamespace": web_ns}),
+        ),
+        (
+            "oci",
+            json!({"repo": oci, "chart": "hello", "version": "0.1.0", "plainHTTP": true, "targetNamespace": oci_ns}),
+        ),
+        (
+            "no-version",
+            json!({"repo": repo.url, "chart": "hello", "version": "9.9.9", "targetNamespace": web_ns}),
+        ),
+        (
+            "no-chart",
+            json!({"repo": repo.url, "chart": "nope", "version": "0.1.0", "targetNamespace": web_ns}),
+        ),
+    ] {
+        create(&charts, name, spec).await;
+    }
+    // a value set for the first child only (upstream's Helm Localization, applied at once)
+    let loc: Localization = serde_json::from_value(json!({
+        "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Localization",
+        "metadata": {"name": format!("greet-{id}")},
+        "spec": {"priority": 500, "overridePolicy": "ApplyNow",
+            "feed": {"apiVersion": "apps.clusternet.io/v1alpha1", "kind": "HelmChart",
+                "namespace": ns.name, "name": "web"},
+            "overrides": [{"name": "greeting", "type": "Helm", "value": "greeting: hola\n"}]}}))
+    .expect("a Localization");
+    Api::<Localization>::namespaced(parent.clone(), &clusters[0].dedicated)
+        .create(&PostParams::default(), &loc)
+        .await
+        .expect("creating the Localization");
+    let subs: Api<Subscription> = Api::namespaced(parent.clone(), &ns.name);
+    subs.create(
+        &PostParams::default(),
+        &subscription(&id, &ns.name, &["web", "oci", "no-version", "no-chart"]),
+    )
+    .await
+    .expect("creating the Subscription");
+
+    // both children: both releases at revision 1, the value overridden in one child only
+    for i in [1, 2] {
+        released(env, i, &web_ns, "web", 1, "hello-0.1.0").await;
+        released(env, i, &oci_ns, "oci", 1, "hello-0.1.0").await;
+    }
+    assert_eq!(greeting(&clusters[0].child, &web_ns, "web").await.0, "hola");
+    assert_eq!(
+        greeting(&clusters[1].child, &web_ns, "web").await.0,
+        "hello"
+    );
+    assert_eq!(
+        greeting(&clusters[1].child, &oci_ns, "oci").await.0,
+        "hello"
+    );
+
+    // what is missing says so on the HelmChart, the HelmRelease and the Description
+    assert_eq!(
+        phase_of(&charts, "no-version", HelmChartPhase::NotFound).await,
+        format!(
+            "chart \"hello\" version \"9.9.9\" not found in {} repository",
+            repo.url
+        )
+    );
+    phase_of(&charts, "no-chart", HelmChartPhase::NotFound).await;
+    for c in &clusters {
+        let (hr, desc) = wait_for(
+            "the missing chart's failure reported",
+            Duration::from_secs(60),
+            || async {
+                let hrs = releases_in(&parent, c).await;
+                let hr = hrs
+                    .iter()
+                    .find(|h| h.spec.release_name.as_deref() == Some("no-version"))
+                    .ok_or("no HelmRelease for no-version")?;
+                let st = hr.status.clone().unwrap_or_default();
+                if st.phase.as_ref().map(|p| p.to_string()) != Some("failed".into()) {
+                    return Err(format!("{st:?}"));
+                }
+                let desc_name = hr
+                    .labels()
+                    .get("apps.clusternet.io/config.name")
+                    .cloned()
+                    .unwrap_or_default();
+                let desc = Api::<Description>::namespaced(parent.clone(), &c.dedicated)
+                    .get(&desc_name)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let ds = desc.status.clone().unwrap_or_default();
+                if ds.phase == Some(DescriptionPhase::Failure) {
+                    Ok((st, ds))
+                } else {
+                    Err(format!("Description {ds:?}"))
+                }
+            },
+        )
+        .await;
+        assert!(hr.notes.contains("9.9.9"), "{}", hr.notes);
+        assert!(!desc.reason.is_empty());
+        // the deployed charts' statuses are there too, per chart
+        let deployed = desc
+            .manifest_statuses
+            .iter()
+            .filter(|m| {
+                m.observed_status.as_ref().and_then(|o| o.get("phase")) == Some(&json!("deployed"))
+            })
+            .count();
+        assert_eq!(deployed, 2, "{:?}", desc.manifest_statuses);
+    }
+    // the Subscription's aggregated status: the two real charts available in both clusters
+    wait_for(
+        "aggregated status of the charts",
+        Duration::from_secs(60),
+        || async {
+            let s = subs.get("charts").await.map_err(|e| e.to_string())?;
+            let st = s.status.unwrap_or_default();
+            let ok = |name: &str| {
+                st.aggregated_statuses.iter().any(|a| {
+                    a.feed.name == name
+                        && a.feed_status_summary.available
+                        && a.feed_status_details.len() == 2
+                })
+            };
+            let missing_unavailable = st
+                .aggregated_statuses
+                .iter()
+                .any(|a| a.feed.name == "no-version" && !a.feed_status_summary.available);
+            if ok("web") && ok("oci") && missing_unavailable {
+                Ok(())
+            } else {
+                Err(format!("{:?}", st.aggregated_statuses))
+            }
+        },
+    )
+    .await;
+
+    // a new chart version: every child upgrades to revision 2
+    charts
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"version": "0.2.0"}})),
+        )
+        .await
+        .expect("changing the chart version");
+    for (i, c) in [1, 2].into_iter().zip(&clusters) {
+        released(env, i, &web_ns, "web", 2, "hello-0.2.0").await;
+        assert_eq!(greeting(&c.child, &web_ns, "web").await.1, "0.2.0");
+    }
+    // nothing changes: reconciles (each HelmRelease touched three times) add no revision
+    for round in 0..3 {
+        for c in &clusters {
+            for hr in releases_in(&parent, c).await {
+                Api::<HelmRelease>::namespaced(parent.clone(), &c.dedicated)
+                    .patch(
+                        &hr.name_any(),
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"metadata": {"annotations": {"e2e/touched": round.to_string()}}})),
+                    )
+                    .await
+                    .expect("touching a HelmRelease");
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    for i in [1, 2] {
+        let list = helm_list(env, i, &web_ns);
+        let web = list.iter().find(|r| r.0 == "web").expect("web released");
+        assert_eq!((web.1, web.2.as_str()), (2, "deployed"), "{list:?}");
+        let list = helm_list(env, i, &oci_ns);
+        assert_eq!(
+            list.iter().find(|r| r.0 == "oci").map(|r| r.1),
+            Some(1),
+            "{list:?}"
+        );
+    }
+
+    delete_and_wait_clean(env, &subs, &[1, 2], &[web_ns, oci_ns]).await;
+}
+
+#[tokio::test]
+async fn the_parent_releases_charts_in_push_children_and_uninstalls_them() {
+    let env = TestEnv::get();
+    env.with_controller();
+    let parent = env.parent().await;
+    let id = uid();
+    let _clusters = register(env, &id, &[3], "Push", &[]).await;
+    let repo = chart_repo(env, "hello", &["0.1.0"], None).await;
+    let ns = TestNamespace::create(&parent, &env.parent_kubeconfig(), "helmpush").await;
+    let charts: Api<HelmChart> = Api::namespaced(parent.clone(), &ns.name);
+    let target = format!("hr-push-{id}");
+    create(
+        &charts,
+        "pushed",
+        json!({"repo": repo.url, "chart": "hello", "version": "0.1.0", "targetNamespace": target}),
+    )
+    .await;
+    let subs: Api<Subscription> = Api::namespaced(parent.clone(), &ns.name);
+    subs.create(
+        &PostParams::default(),
+        &subscription(&id, &ns.name, &["pushed"]),
+    )
+    .await
+    .expect("creating the Subscription");
+    released(env, 3, &target, "pushed", 1, "hello-0.1.0").await;
+    delete_and_wait_clean(env, &subs, &[3], &[target]).await;
 }

@@ -14,11 +14,13 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::registration::Registration;
-use crate::apis::Description;
 use crate::apis::known;
+use crate::apis::{Description, HelmRelease};
 use crate::deployer::description::{self, DeployError};
 use crate::deployer::generic::ChildCluster;
+use crate::deployer::helm::{HelmDeployError, HelmDeployer, Target};
 use crate::deployer::who;
+use crate::helm::cli::Helm;
 use crate::runtime::controller::Backoff;
 use crate::runtime::events::Events;
 use crate::runtime::{self, Runtime};
@@ -34,25 +36,32 @@ struct Pull {
     resync: std::time::Duration,
 }
 
-/// The child client objects are applied with: the `clusternet-app-deployer` token when present.
-async fn child_client(rt: &Runtime) -> kube::Client {
+/// The connection settings objects are applied with: the `clusternet-app-deployer` token when
+/// present, else the agent's own.
+async fn child_config(rt: &Runtime) -> Option<kube::Config> {
     let secrets: Api<Secret> = Api::namespaced(rt.client.clone(), &rt.config.system_namespace);
     if let Ok(Some(s)) = secrets.get_opt(known::CLUSTERNET_APP_SA).await {
         let data = s.data.unwrap_or_default();
         if let (Some(token), Some(ca)) = (data.get("token"), data.get("ca.crt")) {
-            match runtime::token_client(
+            match runtime::token_config(
                 &rt.cluster_url,
                 &String::from_utf8_lossy(&token.0),
                 Some(&ca.0),
             ) {
-                Ok(c) => return c,
+                Ok(c) => return Some(c),
                 Err(e) => {
                     warn!(error = %e, "cannot use the clusternet-app-deployer credentials; deploying with the agent's own")
                 }
             }
         }
     }
-    rt.client.clone()
+    match runtime::kube_config_for(&rt.config).await {
+        Ok(c) => Some(c),
+        Err(e) => {
+            warn!(error = %e, "cannot read the agent's own connection settings");
+            None
+        }
+    }
 }
 
 pub async fn run(rt: &Runtime, reg: &Registration, stop: CancellationToken) {
@@ -65,8 +74,21 @@ pub async fn run(rt: &Runtime, reg: &Registration, stop: CancellationToken) {
     }
     info!(namespace = %reg.namespace, "deploying Descriptions into this cluster (Pull)");
     let (touched, heard) = tokio::sync::mpsc::unbounded_channel();
+    let config = child_config(rt).await;
+    let client = config
+        .clone()
+        .and_then(|c| kube::Client::try_from(c).ok())
+        .unwrap_or_else(|| rt.client.clone());
+    // Helm charts: the same child, the same credentials, through helm
+    let helm = tokio::spawn(run_helm(
+        rt.clone(),
+        reg.parent.clone(),
+        reg.namespace.clone(),
+        config,
+        stop.clone(),
+    ));
     let child = Arc::new(ChildCluster::new(
-        child_client(rt).await,
+        client,
         FIELD_MANAGER,
         reg.cluster_id.clone(),
         rt.config.retain_managers.clone(),
@@ -114,6 +136,61 @@ pub async fn run(rt: &Runtime, reg: &Registration, stop: CancellationToken) {
                 Action::requeue(wait)
             },
             ctx,
+        )
+        .for_each(|_| async {})
+        .await;
+    let _ = helm.await;
+}
+
+/// The Pull side of Helm (deployer.md §7.3): every HelmRelease of this cluster's namespace in
+/// the parent, installed into the child with helm.
+async fn run_helm(
+    rt: Runtime,
+    parent: kube::Client,
+    namespace: String,
+    config: Option<kube::Config>,
+    stop: CancellationToken,
+) {
+    let Some(target) = config.and_then(|c| match Target::new(c) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            warn!(error = %e, "no connection settings for helm: HelmReleases are not deployed");
+            None
+        }
+    }) else {
+        return;
+    };
+    let deployer = Arc::new(HelmDeployer {
+        helm: Helm::in_temp_dir(rt.config.helm_binary.clone()),
+        parent: parent.clone(),
+        events: Events::new(parent.clone(), "clusternet-agent"),
+        field_manager: FIELD_MANAGER,
+    });
+    let target = Arc::new(target);
+    let api: Api<HelmRelease> = Api::namespaced(parent, &namespace);
+    let backoff = Backoff::default();
+    let on_error = backoff.clone();
+    Controller::new(api, watcher::Config::default())
+        .with_config(controller::Config::default().concurrency(4))
+        .graceful_shutdown_on(async move { stop.cancelled().await })
+        .run(
+            move |hr, _: Arc<()>| {
+                let (deployer, target, backoff) = (deployer.clone(), target.clone(), backoff.clone());
+                async move {
+                    let key = kube::ResourceExt::name_any(hr.as_ref());
+                    let r = deployer.reconcile(&target, hr).await;
+                    if r.is_ok() {
+                        backoff.succeeded(&key);
+                    }
+                    r
+                }
+            },
+            move |hr, err: &HelmDeployError, _| {
+                let (wait, failures) = on_error.failed(&kube::ResourceExt::name_any(hr.as_ref()));
+                warn!(helmrelease = %kube::ResourceExt::name_any(hr.as_ref()), error = %err, failures, retry_in = ?wait, "helm release failed; retrying");
+                Action::requeue(wait)
+            },
+            Arc::new(()),
         )
         .for_each(|_| async {})
         .await;

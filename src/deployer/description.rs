@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::controller::Action;
 use serde_json::json;
 use tracing::{info, warn};
@@ -15,7 +15,6 @@ use super::generic::{ChildCluster, Outcome};
 use crate::apis::known;
 use crate::apis::{Description, DescriptionDeployer, DescriptionPhase, DescriptionStatus, Drift};
 use crate::kube_ext::object_ref::ObjectRef;
-use crate::runtime::api_code;
 use crate::runtime::events::Events;
 
 #[derive(Debug, thiserror::Error)]
@@ -95,30 +94,13 @@ pub async fn release_finalizer(
     api: &Api<Description>,
     desc: &Description,
 ) -> Result<(), DeployError> {
-    let remaining: Vec<String> = desc
-        .finalizers()
-        .iter()
-        .filter(|f| *f != known::APP_FINALIZER)
-        .cloned()
-        .collect();
-    let patch =
-        json!({"metadata": {"finalizers": remaining, "resourceVersion": desc.resource_version()}});
-    match api
-        .patch(
-            &desc.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
+    crate::runtime::apply::release_finalizer(api, desc, known::APP_FINALIZER)
         .await
-    {
-        Ok(_) => Ok(()),
-        Err(e) if matches!(api_code(&e), Some(404 | 409)) => Ok(()),
-        Err(source) => Err(DeployError::Api {
+        .map_err(|source| DeployError::Api {
             desc: key(desc),
             what: "releasing the finalizer",
             source,
-        }),
-    }
+        })
 }
 
 /// What to do with a Description before anything is applied.

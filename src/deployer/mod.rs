@@ -4,6 +4,7 @@
 pub mod description;
 pub mod drift;
 pub mod generic;
+pub mod helm;
 pub mod push;
 pub mod watch;
 pub mod who;

@@ -13,18 +13,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use super::description::{self, DeployError};
 use super::generic::{ChildCache, ChildCluster};
+use super::helm::{HelmDeployError, HelmDeployer, Target};
 use super::who;
 use crate::apis::known;
-use crate::apis::{Description, ManagedCluster};
+use crate::apis::{Description, HelmRelease, ManagedCluster};
+use crate::helm::cli::Helm;
 use crate::runtime::child::ProxyAvailability;
 use crate::runtime::events::Events;
 use crate::runtime::{self, Runtime};
@@ -35,6 +37,8 @@ pub const FIELD_MANAGER: &str = "clusternet/controller/deployer";
 pub enum PushError {
     #[error(transparent)]
     Deploy(#[from] DeployError),
+    #[error(transparent)]
+    Helm(#[from] HelmDeployError),
     #[error("Description {desc}: ManagedClusterNotFound: {message}")]
     Cluster { desc: String, message: String },
     #[error("Description {desc}: child credentials: {message}")]
@@ -85,10 +89,13 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     .await;
 }
 
-fn cluster_of(ctx: &Ctx, desc: &Description) -> Option<Arc<ManagedCluster>> {
-    let ns = desc.namespace().unwrap_or_default();
-    let id = desc.labels().get(known::CLUSTER_ID_LABEL).cloned();
-    ctx.clusters.state().into_iter().find(|mc| {
+fn cluster_of<K: Resource>(
+    clusters: &Store<ManagedCluster>,
+    obj: &K,
+) -> Option<Arc<ManagedCluster>> {
+    let ns = obj.namespace().unwrap_or_default();
+    let id = obj.labels().get(known::CLUSTER_ID_LABEL).cloned();
+    clusters.state().into_iter().find(|mc| {
         mc.namespace().as_deref() == Some(ns.as_str())
             && id.as_ref().is_none_or(|id| *id == mc.spec.cluster_id)
     })
@@ -109,9 +116,9 @@ pub enum Push {
 /// A child that is down keeps a deleted Description's finalizer until it is back (so nothing is
 /// left behind); only a cluster that no longer exists releases it without touching the child.
 /// `Err` when the Description has no cluster, or the cluster's mode is undecided.
-pub fn plan_push(desc: &Description, mc: Option<&ManagedCluster>) -> Result<Push, String> {
+pub fn plan_push<K: Resource>(desc: &K, mc: Option<&ManagedCluster>) -> Result<Push, String> {
     let gone = mc.is_none_or(|mc| mc.metadata.deletion_timestamp.is_some());
-    if desc.metadata.deletion_timestamp.is_some() && gone {
+    if desc.meta().deletion_timestamp.is_some() && gone {
         return Ok(
             if desc.finalizers().iter().any(|f| f == known::APP_FINALIZER) {
                 Push::Release
@@ -137,8 +144,8 @@ async fn reconcile(ctx: &Ctx, desc: Arc<Description>) -> Result<Action, PushErro
     let ns = desc.namespace().unwrap_or_default();
     let key = format!("{ns}/{}", desc.name_any());
     let api: Api<Description> = Api::namespaced(ctx.rt.client.clone(), &ns);
-    let mc = cluster_of(ctx, &desc);
-    let plan = plan_push(&desc, mc.as_deref()).map_err(|message| PushError::Cluster {
+    let mc = cluster_of(&ctx.clusters, desc.as_ref());
+    let plan = plan_push(desc.as_ref(), mc.as_deref()).map_err(|message| PushError::Cluster {
         desc: key.clone(),
         message,
     })?;
@@ -169,35 +176,32 @@ async fn reconcile(ctx: &Ctx, desc: Arc<Description>) -> Result<Action, PushErro
     }
 }
 
-/// The deployer for `mc`'s child with its `child-cluster-deployer` credentials: through the
-/// parent's socket proxy when the agent holds a tunnel and the hub serves it, else directly.
-async fn child_client(
-    ctx: &Ctx,
+/// How the parent reaches `mc`'s child with its `child-cluster-deployer` credentials: through
+/// the parent's socket proxy when the agent holds a tunnel and the hub serves it, else directly.
+/// The fingerprint changes when the credentials or the way change (cached clients are rebuilt).
+async fn child_config(
+    rt: &Runtime,
+    secrets: &Store<Secret>,
+    proxy: &ProxyAvailability,
+    parent_config: &tokio::sync::OnceCell<kube::Config>,
     mc: &ManagedCluster,
-    key: &str,
-) -> Result<Arc<ChildCluster>, PushError> {
+) -> Result<(kube::Config, String), String> {
     let ns = mc.namespace().unwrap_or_default();
-    let credentials = |message: String| PushError::Credentials {
-        desc: key.to_string(),
-        message,
-    };
     // from the cache; one it has not seen yet is looked up at the API server
-    let cached = ctx
-        .secrets
-        .get(&ObjectRef::new(known::CHILD_CLUSTER_SECRET_NAME).within(&ns));
+    let cached = secrets.get(&ObjectRef::new(known::CHILD_CLUSTER_SECRET_NAME).within(&ns));
     let secret = match cached {
         Some(s) => Some(s),
-        None => Api::<Secret>::namespaced(ctx.rt.client.clone(), &ns)
+        None => Api::<Secret>::namespaced(rt.client.clone(), &ns)
             .get_opt(known::CHILD_CLUSTER_SECRET_NAME)
             .await
-            .map_err(|e| credentials(e.to_string()))?
+            .map_err(|e| e.to_string())?
             .map(Arc::new),
     }
     .ok_or_else(|| {
-        credentials(format!(
+        format!(
             "Secret {ns}/{} is not published yet",
             known::CHILD_CLUSTER_SECRET_NAME
-        ))
+        )
     })?;
     let data = secret.data.clone().unwrap_or_default();
     let get = |k: &str| data.get(k).map(|b| b.0.clone()).unwrap_or_default();
@@ -209,33 +213,124 @@ async fn child_client(
     let id = mc.spec.cluster_id.clone();
     let use_socket = mc.status.as_ref().is_some_and(|s| s.use_socket);
     let rv = secret.resource_version().unwrap_or_default();
-    if use_socket && ctx.proxy.available(&ctx.rt.client).await {
-        let parent = ctx
-            .parent_config
-            .get_or_try_init(|| runtime::kube_config_for(&ctx.rt.config))
+    if use_socket && proxy.available(&rt.client).await {
+        let parent = parent_config
+            .get_or_try_init(|| runtime::kube_config_for(&rt.config))
             .await
-            .map_err(|e| credentials(e.to_string()))?;
+            .map_err(|e| e.to_string())?;
+        let cfg =
+            runtime::child::proxied_child_config(parent, &id, &token).map_err(|e| e.to_string())?;
         // the mode is part of the fingerprint: the client is rebuilt when the hub comes or goes
-        let build = || {
-            info!(cluster_id = %id, "pushing to the child through the parent's socket proxy");
-            runtime::child::proxied_child_config(parent, &id, &token)
-                .and_then(|cfg| Ok(kube::Client::try_from(cfg)?))
-                .map_err(|e| e.to_string())
-        };
-        let fingerprint = format!("socket-proxy|{rv}");
-        ctx.children
-            .get_or_build(&id, &fingerprint, build, FIELD_MANAGER)
-            .await
+        Ok((cfg, format!("socket-proxy|{rv}")))
     } else {
-        let build = || {
-            info!(cluster_id = %id, apiserver = %url, "pushing to the child directly");
-            runtime::token_client(&url, &token, Some(&ca)).map_err(|e| e.to_string())
-        };
-        ctx.children
-            .get_or_build(&id, &format!("{url}|{rv}"), build, FIELD_MANAGER)
-            .await
+        let cfg = runtime::token_config(&url, &token, Some(&ca)).map_err(|e| e.to_string())?;
+        Ok((cfg, format!("{url}|{rv}")))
     }
-    .map_err(credentials)
+}
+
+/// The deployer for `mc`'s child (see [`child_config`]).
+async fn child_client(
+    ctx: &Ctx,
+    mc: &ManagedCluster,
+    key: &str,
+) -> Result<Arc<ChildCluster>, PushError> {
+    let credentials = |message: String| PushError::Credentials {
+        desc: key.to_string(),
+        message,
+    };
+    let (cfg, fingerprint) =
+        child_config(&ctx.rt, &ctx.secrets, &ctx.proxy, &ctx.parent_config, mc)
+            .await
+            .map_err(credentials)?;
+    let id = mc.spec.cluster_id.clone();
+    let build = || {
+        info!(cluster_id = %id, apiserver = %cfg.cluster_url, "pushing to the child");
+        kube::Client::try_from(cfg.clone()).map_err(|e| e.to_string())
+    };
+    ctx.children
+        .get_or_build(&id, &fingerprint, build, FIELD_MANAGER)
+        .await
+        .map_err(credentials)
+}
+
+/// The Push side of Helm (deployer.md §7.3, §9): the HelmReleases of clusters the parent
+/// deploys to, installed into their children with helm; a deleted one of a cluster that no
+/// longer exists lets go without touching the child.
+pub async fn run_helm(rt: Runtime, stop: CancellationToken) {
+    let releases = rt.cache.watch::<HelmRelease>();
+    let clusters = rt.cache.watch::<ManagedCluster>();
+    let secrets = rt
+        .cache
+        .watch_named::<Secret>(known::CHILD_CLUSTER_SECRET_NAME);
+    let _ = clusters.ready_until(&stop).await;
+    if !secrets.ready_until(&stop).await {
+        return;
+    }
+    let ctx = Arc::new(HelmCtx {
+        deployer: HelmDeployer {
+            helm: Helm::in_temp_dir(rt.config.helm_binary.clone()),
+            parent: rt.client.clone(),
+            events: Events::new(rt.client.clone(), known::CLUSTERNET_CONTROLLER_MANAGER_NAME),
+            field_manager: FIELD_MANAGER,
+        },
+        rt,
+        clusters: clusters.store.clone(),
+        secrets: secrets.store.clone(),
+        proxy: ProxyAvailability::default(),
+        parent_config: tokio::sync::OnceCell::new(),
+    });
+    crate::runtime::controller::run("helmrelease-push", releases, 4, stop, move |hr| {
+        let ctx = ctx.clone();
+        async move { reconcile_helm(&ctx, hr).await }
+    })
+    .await;
+}
+
+struct HelmCtx {
+    rt: Runtime,
+    deployer: HelmDeployer,
+    clusters: Store<ManagedCluster>,
+    secrets: Store<Secret>,
+    proxy: ProxyAvailability,
+    parent_config: tokio::sync::OnceCell<kube::Config>,
+}
+
+async fn reconcile_helm(ctx: &HelmCtx, hr: Arc<HelmRelease>) -> Result<Action, PushError> {
+    let key = format!("{}/{}", hr.namespace().unwrap_or_default(), hr.name_any());
+    let mc = cluster_of(&ctx.clusters, hr.as_ref());
+    let plan = plan_push(hr.as_ref(), mc.as_deref()).map_err(|message| PushError::Cluster {
+        desc: key.clone(),
+        message,
+    })?;
+    match (plan, mc) {
+        (Push::Release, _) => {
+            info!(helmrelease = %key, "cluster gone: releasing without touching the child");
+            let api: Api<HelmRelease> =
+                Api::namespaced(ctx.rt.client.clone(), &hr.namespace().unwrap_or_default());
+            runtime::apply::release_finalizer(&api, hr.as_ref(), known::APP_FINALIZER)
+                .await
+                .map_err(|e| PushError::Credentials {
+                    desc: key,
+                    message: e.to_string(),
+                })?;
+            Ok(Action::await_change())
+        }
+        (Push::Wait(None), _) | (Push::Deploy, None) => Ok(Action::await_change()),
+        (Push::Wait(Some(after)), _) => Ok(Action::requeue(after)),
+        (Push::Deploy, Some(mc)) => {
+            let (cfg, _) = child_config(&ctx.rt, &ctx.secrets, &ctx.proxy, &ctx.parent_config, &mc)
+                .await
+                .map_err(|message| PushError::Credentials {
+                    desc: key.clone(),
+                    message,
+                })?;
+            let target = Target::new(cfg).map_err(|message| PushError::Credentials {
+                desc: key.clone(),
+                message,
+            })?;
+            Ok(ctx.deployer.reconcile(&target, hr).await?)
+        }
+    }
 }
 
 #[cfg(test)]

@@ -2,8 +2,7 @@
 //! Description asks for, exactly as upstream names and labels them ([`plan_releases`], pure),
 //! applied with server-side apply; the ones it no longer asks for are deleted, and a Description
 //! being deleted keeps its finalizer until its HelmReleases are gone (their own finalizer is the
-//! Helm deployer's: it uninstalls the release first). (WIP for #15: the Helm deployer that
-//! reconciles HelmReleases in the children is next.)
+//! Helm deployer's, [`crate::deployer::helm`]: it uninstalls the release first).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -11,7 +10,7 @@ use std::time::Duration;
 
 use base64::Engine;
 use futures::StreamExt;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
@@ -119,22 +118,13 @@ async fn reconcile(ctx: &Ctx, desc: Arc<Description>) -> Result<Action, HelmRele
             // the Helm deployer uninstalls each release, then lets its HelmRelease go
             return Ok(Action::requeue(Duration::from_secs(10)));
         }
-        if desc.finalizers().iter().any(|f| f == known::APP_FINALIZER) {
-            let fins: Vec<&String> = desc
-                .finalizers()
-                .iter()
-                .filter(|f| *f != known::APP_FINALIZER)
-                .collect();
-            Api::<Description>::namespaced(ctx.rt.client.clone(), &ns)
-                .patch(
-                    &desc.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"metadata": {"finalizers": fins,
-                        "resourceVersion": desc.resource_version()}})),
-                )
-                .await
-                .map_err(fail("releasing the Description's finalizer"))?;
-        }
+        apply::release_finalizer(
+            &Api::<Description>::namespaced(ctx.rt.client.clone(), &ns),
+            desc.as_ref(),
+            known::APP_FINALIZER,
+        )
+        .await
+        .map_err(fail("releasing the Description's finalizer"))?;
         return Ok(Action::await_change());
     }
     let wanted = match plan_releases(&desc) {
@@ -243,6 +233,13 @@ pub fn plan_releases(desc: &Description) -> Result<Vec<Value>, String> {
         let mut spec = serde_json::to_value(&chart.spec.options).unwrap_or_default();
         spec["targetNamespace"] = json!(chart.spec.target_namespace);
         spec["releaseName"] = json!(chart.name_any());
+        // the pull secret is the chart's: named with its namespace, the HelmRelease (in the
+        // cluster's namespace) still finds it
+        if !chart.spec.options.chart_pull_secret.name.is_empty()
+            && chart.spec.options.chart_pull_secret.namespace.is_empty()
+        {
+            spec["chartPullSecret"]["namespace"] = json!(reference.namespace);
+        }
         if !values.is_empty() {
             spec["overrides"] =
                 json!(base64::engine::general_purpose::STANDARD.encode(values.as_bytes()));

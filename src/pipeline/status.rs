@@ -19,7 +19,8 @@ use super::feeds;
 use crate::apis::known;
 use crate::apis::{
     AggregatedStatus, CONDITION_FEEDS_RESOLVED, Description, Feed, FeedStatus,
-    FeedStatusPerCluster, ManagedCluster, Manifest, ReplicaStatus, Subscription,
+    FeedStatusPerCluster, HelmChart, HelmChartPhase, ManagedCluster, Manifest, ReplicaStatus,
+    Subscription,
 };
 use crate::runtime::events::Events;
 use crate::runtime::{Runtime, apply};
@@ -47,6 +48,7 @@ struct Ctx {
     descriptions: Store<Description>,
     clusters: Store<ManagedCluster>,
     manifests: Store<Manifest>,
+    charts: Store<HelmChart>,
 }
 
 pub async fn run(rt: Runtime, stop: CancellationToken) {
@@ -54,9 +56,27 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     let descs = rt.cache.watch::<Description>();
     let clusters = rt.cache.watch::<ManagedCluster>();
     let manifests = rt.cache.watch::<Manifest>();
-    if !manifests.ready_until(&stop).await {
+    let charts = rt.cache.watch::<HelmChart>();
+    if !manifests.ready_until(&stop).await || !charts.ready_until(&stop).await {
         return;
     }
+    // a chart found or lost changes what the status says about the Subscriptions using it
+    let chart_subs = subs.store.clone();
+    let from_charts = charts.subscribe().flat_map(move |c| {
+        let (ns, name) = (c.namespace().unwrap_or_default(), c.name_any());
+        let refs: Vec<ObjectRef<Subscription>> = chart_subs
+            .state()
+            .iter()
+            .filter(|s| {
+                s.spec
+                    .feeds
+                    .iter()
+                    .any(|f| f.kind == "HelmChart" && f.namespace == ns && f.name == name)
+            })
+            .map(|s| ObjectRef::from_obj(s.as_ref()))
+            .collect();
+        futures::stream::iter(refs)
+    });
     // a feed created (or deleted) after its Subscription changes what the status says about it
     let sub_store = subs.store.clone();
     let reserved = rt.config.reserved_namespace.clone();
@@ -73,7 +93,10 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         let name = l.get(known::CONFIG_SUBSCRIPTION_NAME_LABEL)?;
         Some(ObjectRef::<Subscription>::new(name).within(ns))
     });
-    let also = futures::stream::select(from_descs, from_manifests);
+    let also = futures::stream::select(
+        from_descs,
+        futures::stream::select(from_manifests, from_charts),
+    );
     let ctx = Arc::new(Ctx {
         events: Events::new(rt.client.clone(), known::CLUSTERNET_CONTROLLER_MANAGER_NAME),
         rt,
@@ -81,6 +104,7 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         descriptions: descs.store.clone(),
         clusters: clusters.store.clone(),
         manifests: manifests.store.clone(),
+        charts: charts.store.clone(),
     });
     crate::runtime::controller::run_with("aggregatestatus", subs, 4, stop, also, move |sub| {
         let ctx = ctx.clone();
@@ -130,7 +154,10 @@ pub fn replica_status(api_version: &str, kind: &str, observed: &Value) -> Replic
 /// conditions by Ready/Available, anything else by having been applied.
 pub fn object_available(kind: &str, spec_replicas: Option<i64>, observed: Option<&Value>) -> bool {
     let Some(s) = observed else {
-        return !matches!(kind, "Deployment" | "StatefulSet" | "ReplicaSet" | "Job");
+        return !matches!(
+            kind,
+            "Deployment" | "StatefulSet" | "ReplicaSet" | "Job" | "HelmChart"
+        );
     };
     let n = |k: &str| s.get(k).and_then(Value::as_i64).unwrap_or(0);
     match kind {
@@ -142,6 +169,8 @@ pub fn object_available(kind: &str, spec_replicas: Option<i64>, observed: Option
             n("readyReplicas") >= spec_replicas.unwrap_or(n("replicas"))
         }
         "Job" => n("succeeded") >= 1,
+        // a chart's HelmRelease status, as the Helm deployer reports it on the Description
+        "HelmChart" => s.get("phase").and_then(Value::as_str) == Some("deployed"),
         _ => match s.get("conditions").and_then(Value::as_array) {
             Some(cs) => cs.iter().any(|c| {
                 matches!(
@@ -159,12 +188,27 @@ pub fn feed_problem(
     feed: &Feed,
     reserved_ns: &str,
     manifests: &[Arc<Manifest>],
+    charts: &[Arc<HelmChart>],
 ) -> Option<(&'static str, String)> {
     if feed.kind == "HelmChart" {
-        return Some((
-            "NotImplemented",
-            format!("feed {feed}: Helm charts are not supported by this build yet"),
-        ));
+        let chart = charts.iter().find(|c| {
+            c.namespace().as_deref() == Some(feed.namespace.as_str()) && c.name_any() == feed.name
+        });
+        return match chart {
+            None => Some((
+                "FeedNotFound",
+                format!(
+                    "feed {feed}: HelmChart {}/{} does not exist",
+                    feed.namespace, feed.name
+                ),
+            )),
+            Some(c) => match c.status.as_ref() {
+                Some(st) if st.phase == Some(HelmChartPhase::NotFound) => {
+                    Some(("ChartNotFound", format!("feed {feed}: {}", st.reason)))
+                }
+                _ => None,
+            },
+        };
     }
     if feeds::find(feed, reserved_ns, manifests).is_empty() {
         return Some((
@@ -355,6 +399,7 @@ pub fn plan_status(
     descriptions: &[Arc<Description>],
     reserved_ns: &str,
     manifests: &[Arc<Manifest>],
+    charts: &[Arc<HelmChart>],
     now: Timestamp,
 ) -> StatusPlan {
     let status = sub.status.clone().unwrap_or_default();
@@ -363,7 +408,7 @@ pub fn plan_status(
         .spec
         .feeds
         .iter()
-        .map(|f| feed_problem(f, reserved_ns, manifests))
+        .map(|f| feed_problem(f, reserved_ns, manifests, charts))
         .collect();
     let aggregated: Vec<AggregatedStatus> = sub
         .spec
@@ -469,6 +514,7 @@ async fn reconcile(ctx: &Ctx, sub: Arc<Subscription>) -> Result<Action, Aggregat
         &ctx.descriptions.state(),
         &ctx.rt.config.reserved_namespace,
         &ctx.manifests.state(),
+        &ctx.charts.state(),
         Timestamp::now(),
     );
     if let Some((reason, message)) = &plan.warning {
@@ -571,6 +617,7 @@ mod tests {
             descs,
             "clusternet-reserved",
             manifests,
+            &[],
             now,
         )
     }

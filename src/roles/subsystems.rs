@@ -45,6 +45,8 @@ pub async fn start_always_on(rt: &Runtime, role: Role) -> Result<(), StartError>
                 rt.cache.watch::<crate::apis::Description>();
                 rt.cache.watch::<crate::apis::Localization>();
                 rt.cache.watch::<crate::apis::Globalization>();
+                rt.cache.watch::<crate::apis::HelmChart>();
+                rt.cache.watch::<crate::apis::HelmRelease>();
             }
         }
         Role::Scheduler => {
@@ -86,6 +88,8 @@ pub async fn lead(rt: &Runtime, role: Role, leadership: Leadership, token: Cance
                 spawn(|rt, t| Box::pin(crate::pipeline::feedprotection::run(rt, t)));
                 spawn(|rt, t| Box::pin(crate::pipeline::serviceimport::run(rt, t)));
                 spawn(|rt, t| Box::pin(crate::pipeline::helmchart::run(rt, t)));
+                spawn(|rt, t| Box::pin(crate::pipeline::helmrelease::run(rt, t)));
+                spawn(|rt, t| Box::pin(crate::deployer::push::run_helm(rt, t)));
             } else {
                 warn!("feature gate Deployer is off: no distribution pipeline");
             }

@@ -75,6 +75,39 @@ where
     b
 }
 
+/// Removes `finalizer` from `obj` (a merge patch guarded by its resourceVersion, so a stale
+/// copy never drops a finalizer another writer just added). Gone, or changed meanwhile (the
+/// next reconcile sees the new copy), counts as done.
+pub async fn release_finalizer<K>(api: &Api<K>, obj: &K, finalizer: &str) -> kube::Result<()>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let meta = obj.meta();
+    if !meta.finalizers.iter().flatten().any(|f| f == finalizer) {
+        return Ok(());
+    }
+    let remaining: Vec<&String> = meta
+        .finalizers
+        .iter()
+        .flatten()
+        .filter(|f| *f != finalizer)
+        .collect();
+    let patch = json!({"metadata": {"finalizers": remaining,
+        "resourceVersion": meta.resource_version}});
+    match api
+        .patch(
+            meta.name.as_deref().unwrap_or_default(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if matches!(super::api_code(&e), Some(404 | 409)) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -92,6 +92,15 @@ pub fn token_client(
     token: &str,
     ca_pem: Option<&[u8]>,
 ) -> Result<kube::Client, TokenClientError> {
+    Ok(kube::Client::try_from(token_config(url, token, ca_pem)?)?)
+}
+
+/// The connection settings [`token_client`] builds its client from (also what helm is given).
+pub fn token_config(
+    url: &str,
+    token: &str,
+    ca_pem: Option<&[u8]>,
+) -> Result<kube::Config, TokenClientError> {
     let uri: http::Uri = url
         .parse()
         .map_err(|_| TokenClientError::Url(url.to_string()))?;
@@ -115,7 +124,7 @@ pub fn token_client(
         }
         None => cfg.accept_invalid_certs = true,
     }
-    Ok(kube::Client::try_from(cfg)?)
+    Ok(cfg)
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -420,11 +420,12 @@ impl TestEnv {
             let script = format!(
                 "{bin} --role=controller,scheduler --kubeconfig={kc} --health-bind-address=127.0.0.1:0 \
                  --leader-elect-lease-duration=4s --leader-elect-renew-deadline=3s --leader-elect-retry-period=500ms \
-                 --cluster-failover-grace=2s --cluster-failback-stable=20s \
+                 --cluster-failover-grace=2s --cluster-failback-stable=20s --helm-binary={helm} \
                  >{log} 2>&1 & pid=$!; while kill -0 {owner} 2>/dev/null && kill -0 $pid 2>/dev/null; do sleep 0.5; done; kill $pid 2>/dev/null",
                 bin = env!("CARGO_BIN_EXE_clusternet"),
                 kc = self.parent_kubeconfig().display(),
                 log = log.display(),
+                helm = self.bin("helm").display(),
                 owner = std::process::id(),
             );
             let child = Command::new("bash")
@@ -467,6 +468,7 @@ pub fn agent_args(
         "--cluster-status-collect-frequency=500ms".to_string(),
         // every agent its own predictor port (several share this host); flags in `extra` win
         "--predictor-port=0".to_string(),
+        format!("--helm-binary={}", env.bin("helm").display()),
     ];
     args.extend(extra.iter().map(|s| s.to_string()));
     args
@@ -1409,4 +1411,35 @@ impl OciRegistry {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+}
+
+/// `helm list -a -o json -n <ns>` in child `i`, with the real helm and private Helm homes:
+/// `(name, revision, status, chart)` of each release.
+pub fn helm_list(env: &TestEnv, i: usize, ns: &str) -> Vec<(String, i64, String, String)> {
+    let home = tempfile::tempdir().expect("a Helm home");
+    let out = Command::new(env.bin("helm"))
+        .args(["list", "-a", "-o", "json", "-n", ns])
+        .env("KUBECONFIG", env.child_kubeconfig(i))
+        .env("HELM_CACHE_HOME", home.path().join("cache"))
+        .env("HELM_CONFIG_HOME", home.path().join("config"))
+        .env("HELM_DATA_HOME", home.path().join("data"))
+        .output()
+        .expect("helm list");
+    assert!(
+        out.status.success(),
+        "helm list: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let list: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    list.iter()
+        .map(|r| {
+            let s = |k: &str| r[k].as_str().unwrap_or_default().to_string();
+            let revision = r["revision"]
+                .as_str()
+                .and_then(|v| v.parse().ok())
+                .or_else(|| r["revision"].as_i64())
+                .unwrap_or(0);
+            (s("name"), revision, s("status"), s("chart"))
+        })
+        .collect()
 }

@@ -1,0 +1,861 @@
+//! Reconciling a HelmRelease in its child (docs/spec/deployer.md §7.3), shared by the agent (Pull,
+//! and Dual without AppPusher) and the parent (Push, and Dual with AppPusher): observe the latest
+//! revision with the real `helm` ([`crate::helm::cli`]), plan one [`Step`] ([`plan_step`], pure),
+//! run it, then report the release on the HelmRelease and on its Description (the phase table of
+//! §7.3 step 12, over all of the Description's charts, plus one `manifestStatuses` entry per
+//! chart so the Subscription's aggregated status covers charts too).
+//!
+//! Beyond upstream, from its users' bug reports: a failed release is retried (with backoff) until
+//! it deploys, so fixing the cause in the child is enough (#476): a first install that failed is
+//! uninstalled and installed again, a failed upgrade is upgraded again; an unchanged release is
+//! never upgraded, also when the chart's version is empty (it is resolved to the repository's
+//! latest first), so resyncs add no revisions; a release stuck `pending-*` (its helm was killed)
+//! is rolled back or reinstalled once its timeout has passed, instead of failing forever with
+//! "another operation is in progress"; an upgrade never installs, so "cannot re-use a name that
+//! is still in use" (#318) cannot happen.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use serde_json::{Value, json};
+use tracing::info;
+
+use crate::apis::known;
+use crate::apis::{
+    Description, DescriptionPhase, DescriptionStatus, Feed, HelmRelease, HelmReleaseStatus,
+    HelmReleaseStatusPhase, ManifestStatus,
+};
+use crate::helm::cli::{self, At, Chart, Helm, HelmError, Install, Release};
+use crate::helm::repo::{self, Credentials};
+use crate::runtime::apply;
+use crate::runtime::events::Events;
+
+/// How soon a release another operation holds is looked at again.
+const BUSY_RECHECK: Duration = Duration::from_secs(15);
+/// How often a deployed release is compared with its HelmRelease when nothing changed (the
+/// release may have been uninstalled or rolled back by hand in the child).
+const RESYNC: Duration = Duration::from_secs(600);
+/// A `pending-*` release older than its timeout plus this is taken for abandoned.
+const STUCK_MARGIN: Duration = Duration::from_secs(60);
+
+#[derive(Debug, thiserror::Error)]
+pub enum HelmDeployError {
+    #[error("HelmRelease {release}: {source}")]
+    Helm {
+        release: String,
+        #[source]
+        source: HelmError,
+    },
+    #[error("HelmRelease {release}: {what}: {source}")]
+    Api {
+        release: String,
+        what: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("HelmRelease {release}: chart pull secret {secret}: {message}")]
+    Secret {
+        release: String,
+        secret: String,
+        message: String,
+    },
+    #[error("HelmRelease {release}: replacing the chart's CRDs: {message}")]
+    Crds { release: String, message: String },
+}
+
+/// One step towards what a HelmRelease asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// The HelmRelease is being deleted: uninstall, then release its finalizer.
+    Uninstall,
+    /// No release (or one that must go first: `atomic` and not deployed, a failed first install,
+    /// an abandoned `pending-install`).
+    Install { uninstall_first: bool },
+    /// The chart, its version or the values differ, or the last upgrade failed.
+    Upgrade,
+    /// An upgrade or rollback was abandoned half-way (`pending-upgrade` past its timeout).
+    Rollback,
+    /// Deployed as asked.
+    UpToDate,
+    /// Another operation holds the release (Helm would refuse): look again soon.
+    Busy,
+}
+
+/// The release name of a HelmRelease: `spec.releaseName`, or its own name (legacy objects).
+pub fn release_name(hr: &HelmRelease) -> String {
+    hr.spec
+        .release_name
+        .clone()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| hr.name_any())
+}
+
+/// The values a HelmRelease supplies (`spec.overrides`, JSON); `{}` when it has none.
+pub fn wanted_values(hr: &HelmRelease) -> Result<Value, String> {
+    let raw = hr
+        .spec
+        .overrides
+        .as_ref()
+        .map(|b| String::from_utf8_lossy(&b.0).trim().to_string())
+        .unwrap_or_default();
+    if raw.is_empty() {
+        return Ok(json!({}));
+    }
+    match serde_json::from_str::<Value>(&raw) {
+        Ok(Value::Null) => Ok(json!({})),
+        Ok(v @ Value::Object(_)) => Ok(v),
+        Ok(_) => Err("spec.overrides must be a JSON object of Helm values".into()),
+        Err(e) => Err(format!("spec.overrides is not JSON: {e}")),
+    }
+}
+
+/// What to do next (§7.3 steps 7-9, and the retries described at the top). `version` is the
+/// chart version wanted (`spec.version`, or the repository's latest when that is empty; `None`
+/// when it could not be told, and then the version is not compared).
+pub fn plan_step(
+    hr: &HelmRelease,
+    latest: Option<&Release>,
+    values: &Value,
+    version: Option<&str>,
+    now: DateTime<Utc>,
+) -> Step {
+    if hr.metadata.deletion_timestamp.is_some() {
+        return Step::Uninstall;
+    }
+    let Some(r) = latest else {
+        return Step::Install {
+            uninstall_first: false,
+        };
+    };
+    let o = &hr.spec.options;
+    let pending = r.status.starts_with("pending-") || r.status == "uninstalling";
+    if pending {
+        let limit = Duration::from_secs(o.effective_timeout_seconds().max(1) as u64) + STUCK_MARGIN;
+        let since = DateTime::parse_from_rfc3339(&r.last_deployed)
+            .map(|t| now.signed_duration_since(t.with_timezone(&Utc)))
+            .ok()
+            .and_then(|d| d.to_std().ok());
+        if since.is_none_or(|s| s < limit) {
+            return Step::Busy;
+        }
+        return match r.status.as_str() {
+            "pending-upgrade" | "pending-rollback" if r.revision > 1 => Step::Rollback,
+            _ => Step::Install {
+                uninstall_first: true,
+            },
+        };
+    }
+    match r.status.as_str() {
+        "uninstalled" => {
+            return Step::Install {
+                uninstall_first: false,
+            };
+        }
+        s if o.atomic == Some(true) && s != "deployed" => {
+            return Step::Install {
+                uninstall_first: true,
+            };
+        }
+        "failed" if r.revision <= 1 => {
+            return Step::Install {
+                uninstall_first: true,
+            };
+        }
+        "failed" => return Step::Upgrade,
+        _ => {}
+    }
+    let version_differs = version.is_some_and(|v| v != r.chart_version);
+    if r.chart != o.chart || version_differs || r.values != *values {
+        Step::Upgrade
+    } else {
+        Step::UpToDate
+    }
+}
+
+/// The HelmRelease status a release reports (§7.3 step 11).
+pub fn release_status(r: &Release) -> HelmReleaseStatus {
+    HelmReleaseStatus {
+        first_deployed: cli::go_time(&r.first_deployed),
+        last_deployed: cli::go_time(&r.last_deployed),
+        description: r.description.clone(),
+        phase: Some(HelmReleaseStatusPhase::from(r.status.as_str())),
+        notes: r.notes.clone(),
+        version: r.revision,
+    }
+}
+
+/// A failed step's status: phase `failed`, Helm's words as the notes (§7.3 steps 5, 10).
+pub fn failed_status(previous: Option<&HelmReleaseStatus>, notes: &str) -> HelmReleaseStatus {
+    HelmReleaseStatus {
+        phase: Some(HelmReleaseStatusPhase::Failed),
+        notes: notes.to_string(),
+        ..previous.cloned().unwrap_or_default()
+    }
+}
+
+/// The Description's phase and reason from all of its HelmReleases (the table of §7.3 step 12;
+/// upstream writes it from whichever release was reconciled last, so one deployed chart hid a
+/// failed one): the worst phase wins, and its notes are the reason.
+pub fn description_status(desc: &Description, releases: &[Arc<HelmRelease>]) -> DescriptionStatus {
+    let rank = |p: &DescriptionPhase| match p {
+        DescriptionPhase::Failure => 0,
+        DescriptionPhase::Uninstalling => 1,
+        DescriptionPhase::Installing => 2,
+        DescriptionPhase::Upgrading => 3,
+        DescriptionPhase::Pending => 4,
+        DescriptionPhase::Unknown => 5,
+        DescriptionPhase::Superseded => 6,
+        DescriptionPhase::Success => 7,
+    };
+    let desc_name = desc.name_any();
+    let mut worst: Option<(DescriptionPhase, String)> = None;
+    let mut statuses = Vec::new();
+    for chart in &desc.spec.charts {
+        let name = format!("{desc_name}-{}-{}", chart.namespace, chart.name);
+        let hr = releases.iter().find(|r| r.name_any() == name);
+        let status = hr.and_then(|r| r.status.clone());
+        let (phase, reason) = match status.as_ref().and_then(|s| s.phase.clone()) {
+            None => (DescriptionPhase::Pending, String::new()),
+            Some(p) => {
+                let notes = status.as_ref().map(|s| s.notes.clone()).unwrap_or_default();
+                match p {
+                    HelmReleaseStatusPhase::Deployed => (DescriptionPhase::Success, String::new()),
+                    HelmReleaseStatusPhase::PendingInstall => {
+                        (DescriptionPhase::Installing, String::new())
+                    }
+                    HelmReleaseStatusPhase::PendingUpgrade => {
+                        (DescriptionPhase::Upgrading, String::new())
+                    }
+                    HelmReleaseStatusPhase::Uninstalling => {
+                        (DescriptionPhase::Uninstalling, String::new())
+                    }
+                    HelmReleaseStatusPhase::Superseded => (DescriptionPhase::Superseded, notes),
+                    HelmReleaseStatusPhase::Failed => (DescriptionPhase::Failure, notes),
+                    _ => (DescriptionPhase::Unknown, notes),
+                }
+            }
+        };
+        if worst.as_ref().is_none_or(|(w, _)| rank(&phase) < rank(w)) {
+            worst = Some((phase, reason));
+        }
+        statuses.push(ManifestStatus {
+            feed: Feed {
+                kind: "HelmChart".into(),
+                api_version: "apps.clusternet.io/v1alpha1".into(),
+                namespace: chart.namespace.clone(),
+                name: chart.name.clone(),
+            },
+            observed_status: status.and_then(|s| serde_json::to_value(s).ok()),
+            ..Default::default()
+        });
+    }
+    let (phase, reason) = worst.unwrap_or((DescriptionPhase::Success, String::new()));
+    DescriptionStatus {
+        phase: Some(phase),
+        reason,
+        manifest_statuses: statuses,
+    }
+}
+
+/// How a child is reached: a kubeconfig for helm, and a client for the CRDs `replaceCRDs` asks
+/// to replace.
+pub struct Target {
+    pub kubeconfig: Vec<u8>,
+    pub client: kube::Client,
+}
+
+impl Target {
+    pub fn new(cfg: kube::Config) -> Result<Target, String> {
+        let kubeconfig = cli::kubeconfig_for(&cfg).map_err(|e| e.to_string())?;
+        let client = kube::Client::try_from(cfg).map_err(|e| e.to_string())?;
+        Ok(Target { kubeconfig, client })
+    }
+}
+
+/// What reconciling needs besides the child: helm, the parent (HelmReleases, Descriptions and
+/// pull Secrets live there) and where events go.
+pub struct HelmDeployer {
+    pub helm: Helm,
+    pub parent: kube::Client,
+    pub events: Events,
+    pub field_manager: &'static str,
+}
+
+fn key(hr: &HelmRelease) -> String {
+    format!("{}/{}", hr.namespace().unwrap_or_default(), hr.name_any())
+}
+
+impl HelmDeployer {
+    fn api_error(
+        hr: &HelmRelease,
+        what: &'static str,
+    ) -> impl FnOnce(kube::Error) -> HelmDeployError {
+        let release = key(hr);
+        move |source| HelmDeployError::Api {
+            release,
+            what,
+            source,
+        }
+    }
+
+    /// Brings the release of `hr` in the child of `target` to what it asks for.
+    pub async fn reconcile(
+        &self,
+        target: &Target,
+        hr: Arc<HelmRelease>,
+    ) -> Result<Action, HelmDeployError> {
+        let ns = hr.namespace().unwrap_or_default();
+        let api: Api<HelmRelease> = Api::namespaced(self.parent.clone(), &ns);
+        let deleting = hr.metadata.deletion_timestamp.is_some();
+        if deleting && !hr.finalizers().iter().any(|f| f == known::APP_FINALIZER) {
+            return Ok(Action::await_change());
+        }
+        if !deleting && !hr.finalizers().iter().any(|f| f == known::APP_FINALIZER) {
+            // a HelmRelease written by hand gets the finalizer that makes deleting it uninstall
+            let mut fins = hr.finalizers().to_vec();
+            fins.push(known::APP_FINALIZER.to_string());
+            api.patch(
+                &hr.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": fins,
+                    "resourceVersion": hr.resource_version()}})),
+            )
+            .await
+            .map_err(Self::api_error(&hr, "adding the finalizer"))?;
+            return Ok(Action::await_change());
+        }
+        let o = &hr.spec.options;
+        let name = release_name(&hr);
+        let target_ns = hr.spec.target_namespace.clone();
+        let timeout = Duration::from_secs(o.effective_timeout_seconds().max(1) as u64);
+        let at = At {
+            kubeconfig: &target.kubeconfig,
+            name: &name,
+            namespace: &target_ns,
+        };
+        let helm_err = |source: HelmError| HelmDeployError::Helm {
+            release: key(&hr),
+            source,
+        };
+        if deleting {
+            self.write_status(
+                &hr,
+                &HelmReleaseStatus {
+                    phase: Some(HelmReleaseStatusPhase::Uninstalling),
+                    ..hr.status.clone().unwrap_or_default()
+                },
+            )
+            .await?;
+            self.helm
+                .uninstall(at, o.wait == Some(true), timeout)
+                .await
+                .map_err(helm_err)?;
+            info!(helmrelease = %key(&hr), release = %name, namespace = %target_ns, "release uninstalled");
+            apply::release_finalizer(&api, hr.as_ref(), known::APP_FINALIZER)
+                .await
+                .map_err(Self::api_error(&hr, "releasing the finalizer"))?;
+            return Ok(Action::await_change());
+        }
+        let values = match wanted_values(&hr) {
+            Ok(v) => v,
+            Err(e) => return self.fail(&hr, "InvalidOverrides", &e).await,
+        };
+        let credentials = self.credentials(&hr).await?;
+        let latest = self.helm.latest(at).await.map_err(helm_err)?;
+        // an empty version means the repository's latest: asked only when there is a release
+        // to compare with, and an answer that cannot be had compares nothing
+        let version = if !o.version.is_empty() {
+            Some(o.version.clone())
+        } else if latest.is_some() {
+            repo::locate(o, credentials.as_ref()).await.ok()
+        } else {
+            None
+        };
+        let step = plan_step(
+            &hr,
+            latest.as_ref(),
+            &values,
+            version.as_deref(),
+            Utc::now(),
+        );
+        let chart = Chart {
+            options: o,
+            credentials: credentials.as_ref(),
+        };
+        let previous = hr.status.clone();
+        let outcome = match &step {
+            Step::UpToDate => Ok(()),
+            Step::Busy => {
+                if let Some(r) = &latest {
+                    self.report(&hr, &release_status(r)).await?;
+                }
+                return Ok(Action::requeue(BUSY_RECHECK));
+            }
+            Step::Rollback => self.helm.rollback(at, timeout).await,
+            Step::Install { uninstall_first } => {
+                let mut r = Ok(());
+                if *uninstall_first {
+                    self.report(
+                        &hr,
+                        &HelmReleaseStatus {
+                            phase: Some(HelmReleaseStatusPhase::Uninstalling),
+                            ..previous.clone().unwrap_or_default()
+                        },
+                    )
+                    .await?;
+                    r = self.helm.uninstall(at, true, timeout).await;
+                }
+                if r.is_ok() {
+                    self.report(
+                        &hr,
+                        &HelmReleaseStatus {
+                            phase: Some(HelmReleaseStatusPhase::PendingInstall),
+                            ..previous.clone().unwrap_or_default()
+                        },
+                    )
+                    .await?;
+                    r = self.replace_crds(target, &hr, &chart).await;
+                }
+                if r.is_ok() {
+                    let opts = Install::from_options(o, false);
+                    r = self
+                        .helm
+                        .install(at, &chart, Some(&values), &opts, false)
+                        .await;
+                }
+                r
+            }
+            Step::Upgrade => {
+                self.report(
+                    &hr,
+                    &HelmReleaseStatus {
+                        phase: Some(HelmReleaseStatusPhase::PendingUpgrade),
+                        ..previous.clone().unwrap_or_default()
+                    },
+                )
+                .await?;
+                let mut r = self.replace_crds(target, &hr, &chart).await;
+                if r.is_ok() {
+                    let opts = Install::from_options(o, true);
+                    r = self
+                        .helm
+                        .install(at, &chart, Some(&values), &opts, true)
+                        .await;
+                }
+                r
+            }
+            Step::Uninstall => Ok(()),
+        };
+        if let Err(e) = outcome {
+            let reason = if e.to_string().contains("failed to download")
+                || e.to_string().contains("not found in")
+                || e.to_string().contains("could not find")
+            {
+                "ChartLocateFailure"
+            } else {
+                "ReleaseFailure"
+            };
+            return self.fail(&hr, reason, &e.to_string()).await;
+        }
+        if step != Step::UpToDate {
+            info!(helmrelease = %key(&hr), release = %name, namespace = %target_ns, step = ?step, "release reconciled");
+        }
+        let now = self.helm.latest(at).await.map_err(helm_err)?;
+        match now {
+            Some(r) => {
+                let status = release_status(&r);
+                self.report(&hr, &status).await?;
+                if r.status == "failed" {
+                    // a release that failed without helm saying so (a hook, --wait): retried
+                    return self.fail(&hr, "ReleaseFailure", &r.description).await;
+                }
+            }
+            None => {
+                return self
+                    .fail(
+                        &hr,
+                        "ReleaseFailure",
+                        "helm reported success but no release is stored",
+                    )
+                    .await;
+            }
+        }
+        Ok(Action::requeue(RESYNC))
+    }
+
+    /// Reports a failure on the HelmRelease (phase `failed`, notes) and its Description, with
+    /// a Warning, and asks to be retried with backoff.
+    async fn fail(
+        &self,
+        hr: &Arc<HelmRelease>,
+        reason: &str,
+        message: &str,
+    ) -> Result<Action, HelmDeployError> {
+        self.events.warn(hr.as_ref(), reason, message);
+        self.report(hr, &failed_status(hr.status.as_ref(), message))
+            .await?;
+        Err(HelmDeployError::Helm {
+            release: key(hr),
+            source: HelmError::Helm(message.to_string()),
+        })
+    }
+
+    /// Writes the HelmRelease's status (when it changed) and its Description's.
+    async fn report(
+        &self,
+        hr: &Arc<HelmRelease>,
+        status: &HelmReleaseStatus,
+    ) -> Result<(), HelmDeployError> {
+        self.write_status(hr, status).await?;
+        self.describe(hr).await
+    }
+
+    async fn write_status(
+        &self,
+        hr: &HelmRelease,
+        status: &HelmReleaseStatus,
+    ) -> Result<(), HelmDeployError> {
+        if hr.status.as_ref() == Some(status) {
+            return Ok(());
+        }
+        let api: Api<HelmRelease> =
+            Api::namespaced(self.parent.clone(), &hr.namespace().unwrap_or_default());
+        let body = apply::status_body(hr, serde_json::to_value(status).unwrap_or_default());
+        match apply::apply_status(&api, self.field_manager, &hr.name_any(), &body).await {
+            Ok(_) => Ok(()),
+            // deleted meanwhile: nothing left to report on
+            Err(e) if crate::runtime::api_code(&e) == Some(404) => Ok(()),
+            Err(e) => Err(Self::api_error(hr, "writing its status")(e)),
+        }
+    }
+
+    /// The owning Description's status from all of its HelmReleases, read afresh (two of its
+    /// charts reconciled at once each see the other's last status).
+    async fn describe(&self, hr: &HelmRelease) -> Result<(), HelmDeployError> {
+        let ns = hr.namespace().unwrap_or_default();
+        let Some(desc_name) = hr.labels().get(known::CONFIG_NAME_LABEL).cloned() else {
+            return Ok(());
+        };
+        let descs: Api<Description> = Api::namespaced(self.parent.clone(), &ns);
+        let Some(desc) = descs
+            .get_opt(&desc_name)
+            .await
+            .map_err(Self::api_error(hr, "reading its Description"))?
+        else {
+            return Ok(());
+        };
+        if desc.metadata.deletion_timestamp.is_some() {
+            return Ok(());
+        }
+        let uid = desc.uid().unwrap_or_default();
+        let releases: Vec<Arc<HelmRelease>> =
+            Api::<HelmRelease>::namespaced(self.parent.clone(), &ns)
+                .list(
+                    &kube::api::ListParams::default()
+                        .labels(&format!("{}={uid}", known::CONFIG_UID_LABEL)),
+                )
+                .await
+                .map_err(Self::api_error(
+                    hr,
+                    "listing its Description's HelmReleases",
+                ))?
+                .items
+                .into_iter()
+                .map(Arc::new)
+                .collect();
+        let status = description_status(&desc, &releases);
+        if desc.status.as_ref() == Some(&status) {
+            return Ok(());
+        }
+        let body = apply::status_body(&desc, serde_json::to_value(&status).unwrap_or_default());
+        match apply::apply_status(&descs, self.field_manager, &desc_name, &body).await {
+            Ok(_) => Ok(()),
+            Err(e) if crate::runtime::api_code(&e) == Some(404) => Ok(()),
+            Err(e) => Err(Self::api_error(hr, "writing its Description's status")(e)),
+        }
+    }
+
+    /// The chart pull secret's credentials, read from the parent (§7.3 step 4).
+    async fn credentials(&self, hr: &HelmRelease) -> Result<Option<Credentials>, HelmDeployError> {
+        let s = &hr.spec.options.chart_pull_secret;
+        if s.name.is_empty() {
+            return Ok(None);
+        }
+        let ns = if s.namespace.is_empty() {
+            hr.namespace().unwrap_or_default()
+        } else {
+            s.namespace.clone()
+        };
+        let bad = |message: String| HelmDeployError::Secret {
+            release: key(hr),
+            secret: format!("{ns}/{}", s.name),
+            message,
+        };
+        let secret = Api::<Secret>::namespaced(self.parent.clone(), &ns)
+            .get_opt(&s.name)
+            .await
+            .map_err(|e| bad(e.to_string()))?
+            .ok_or_else(|| bad("not found".into()))?;
+        let data = secret.data.unwrap_or_default();
+        let field = |k: &str| {
+            data.get(k)
+                .map(|b| String::from_utf8_lossy(&b.0).to_string())
+                .ok_or_else(|| bad(format!("has no key {k:?}")))
+        };
+        Ok(Some(Credentials {
+            username: field("username")?,
+            password: field("password")?,
+        }))
+    }
+
+    /// `replaceCRDs` (and not `skipCRDs`): every CRD of the chart is applied first, replacing
+    /// what the child has (Helm itself only ever creates CRDs).
+    async fn replace_crds(
+        &self,
+        target: &Target,
+        hr: &HelmRelease,
+        chart: &Chart<'_>,
+    ) -> Result<(), HelmError> {
+        let o = &hr.spec.options;
+        if o.replace_crds != Some(true) || o.skip_crds == Some(true) {
+            return Ok(());
+        }
+        let text = self.helm.crds(chart).await?;
+        let docs: Vec<Value> = crate::kube_ext::yaml::from_str_documents(&text)
+            .map_err(|e| HelmError::Helm(format!("the chart's CRDs are not YAML: {e}")))?;
+        let crds: Api<DynamicObject> = Api::all_with(
+            target.client.clone(),
+            &kube::discovery::ApiResource::erase::<
+                k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+            >(&()),
+        );
+        for doc in docs.into_iter().filter(|d| d.is_object()) {
+            let Some(name) = doc.pointer("/metadata/name").and_then(Value::as_str) else {
+                continue;
+            };
+            let mut doc = doc.clone();
+            if let Some(m) = doc.get_mut("metadata").and_then(Value::as_object_mut) {
+                m.remove("resourceVersion");
+            }
+            crds.patch(
+                name,
+                &PatchParams::apply(self.field_manager).force(),
+                &Patch::Apply(&doc),
+            )
+            .await
+            .map_err(|e| HelmError::Helm(format!("replacing CRD {name}: {e}")))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hr(version: &str, atomic: bool) -> HelmRelease {
+        serde_json::from_value(json!({
+            "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "HelmRelease",
+            "metadata": {"name": "d-default-hello", "namespace": "clusternet-x"},
+            "spec": {"repo": "https://charts.example", "chart": "hello", "version": version,
+                "targetNamespace": "demo", "releaseName": "hello", "atomic": atomic,
+                "timeoutSeconds": 60}
+        }))
+        .expect("a HelmRelease")
+    }
+
+    fn release(status: &str, revision: i64, version: &str, values: Value) -> Release {
+        Release {
+            revision,
+            status: status.into(),
+            chart: "hello".into(),
+            chart_version: version.into(),
+            values,
+            last_deployed: "2026-12-01T20:00:00Z".into(),
+            ..Default::default()
+        }
+    }
+
+    fn at(minutes: i64) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339("2026-12-01T20:00:00Z")
+            .expect("time")
+            .with_timezone(&Utc)
+            + chrono::Duration::minutes(minutes)
+    }
+
+    #[test]
+    fn installs_what_is_absent_and_upgrades_only_what_differs() {
+        let h = hr("0.1.0", false);
+        let v = json!({});
+        assert_eq!(
+            plan_step(&h, None, &v, Some("0.1.0"), at(0)),
+            Step::Install {
+                uninstall_first: false
+            }
+        );
+        let deployed = release("deployed", 1, "0.1.0", json!({}));
+        assert_eq!(
+            plan_step(&h, Some(&deployed), &v, Some("0.1.0"), at(0)),
+            Step::UpToDate
+        );
+        assert_eq!(
+            plan_step(&h, Some(&deployed), &v, Some("0.2.0"), at(0)),
+            Step::Upgrade
+        );
+        assert_eq!(
+            plan_step(&h, Some(&deployed), &json!({"a": 1}), Some("0.1.0"), at(0)),
+            Step::Upgrade
+        );
+        // an empty version the repository could not resolve compares nothing: no upgrade loop
+        assert_eq!(
+            plan_step(&hr("", false), Some(&deployed), &v, None, at(0)),
+            Step::UpToDate
+        );
+        let mut deleting = h.clone();
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
+        assert_eq!(
+            plan_step(&deleting, Some(&deployed), &v, None, at(0)),
+            Step::Uninstall
+        );
+    }
+
+    #[test]
+    fn failed_releases_are_retried_and_stuck_ones_recovered() {
+        let h = hr("0.1.0", false);
+        let v = json!({});
+        // a first install that failed: installed again from scratch (upstream #476)
+        assert_eq!(
+            plan_step(
+                &h,
+                Some(&release("failed", 1, "0.1.0", json!({}))),
+                &v,
+                Some("0.1.0"),
+                at(0)
+            ),
+            Step::Install {
+                uninstall_first: true
+            }
+        );
+        // a failed upgrade: upgraded again, never installed over (upstream #318)
+        assert_eq!(
+            plan_step(
+                &h,
+                Some(&release("failed", 3, "0.1.0", json!({}))),
+                &v,
+                Some("0.1.0"),
+                at(0)
+            ),
+            Step::Upgrade
+        );
+        // atomic: anything not deployed goes first (upstream)
+        assert_eq!(
+            plan_step(
+                &hr("0.1.0", true),
+                Some(&release("failed", 3, "0.1.0", json!({}))),
+                &v,
+                Some("0.1.0"),
+                at(0)
+            ),
+            Step::Install {
+                uninstall_first: true
+            }
+        );
+        // pending: busy within its timeout, recovered after it
+        let p = release("pending-upgrade", 2, "0.1.0", json!({}));
+        assert_eq!(
+            plan_step(&h, Some(&p), &v, Some("0.1.0"), at(1)),
+            Step::Busy
+        );
+        assert_eq!(
+            plan_step(&h, Some(&p), &v, Some("0.1.0"), at(3)),
+            Step::Rollback
+        );
+        let p = release("pending-install", 1, "0.1.0", json!({}));
+        assert_eq!(
+            plan_step(&h, Some(&p), &v, Some("0.1.0"), at(3)),
+            Step::Install {
+                uninstall_first: true
+            }
+        );
+    }
+
+    #[test]
+    fn values_come_from_the_overrides() {
+        let mut h = hr("1", false);
+        assert_eq!(wanted_values(&h), Ok(json!({})));
+        h.spec.overrides = Some(k8s_openapi::ByteString(br#"{"greeting":"hi"}"#.to_vec()));
+        assert_eq!(wanted_values(&h), Ok(json!({"greeting": "hi"})));
+        h.spec.overrides = Some(k8s_openapi::ByteString(b" ".to_vec()));
+        assert_eq!(wanted_values(&h), Ok(json!({})));
+        h.spec.overrides = Some(k8s_openapi::ByteString(b"[1]".to_vec()));
+        assert!(wanted_values(&h).is_err());
+        h.spec.release_name = None;
+        assert_eq!(release_name(&h), "d-default-hello");
+    }
+
+    #[test]
+    fn the_description_says_the_worst_of_its_charts() {
+        let desc: Description = serde_json::from_value(json!({
+            "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Description",
+            "metadata": {"name": "d", "namespace": "clusternet-x"},
+            "spec": {"deployer": "Helm", "charts": [
+                {"namespace": "default", "name": "hello"}, {"namespace": "default", "name": "db"}]}
+        }))
+        .expect("a Description");
+        let with = |name: &str, phase: &str, notes: &str| {
+            let mut h = hr("1", false);
+            h.metadata.name = Some(name.into());
+            h.status = Some(HelmReleaseStatus {
+                phase: Some(HelmReleaseStatusPhase::from(phase)),
+                notes: notes.into(),
+                ..Default::default()
+            });
+            Arc::new(h)
+        };
+        let s = description_status(&desc, &[with("d-default-hello", "deployed", "")]);
+        assert_eq!(
+            s.phase,
+            Some(DescriptionPhase::Pending),
+            "db has no release yet"
+        );
+        assert_eq!(s.manifest_statuses.len(), 2);
+        assert_eq!(s.manifest_statuses[0].feed.kind, "HelmChart");
+        assert_eq!(
+            s.manifest_statuses[0]
+                .observed_status
+                .as_ref()
+                .and_then(|o| o.get("phase")),
+            Some(&json!("deployed"))
+        );
+        let s = description_status(
+            &desc,
+            &[
+                with("d-default-hello", "deployed", ""),
+                with("d-default-db", "failed", "boom"),
+            ],
+        );
+        assert_eq!(
+            (s.phase, s.reason.as_str()),
+            (Some(DescriptionPhase::Failure), "boom")
+        );
+        let s = description_status(
+            &desc,
+            &[
+                with("d-default-hello", "deployed", ""),
+                with("d-default-db", "deployed", ""),
+            ],
+        );
+        assert_eq!(
+            (s.phase, s.reason.as_str()),
+            (Some(DescriptionPhase::Success), "")
+        );
+    }
+}
