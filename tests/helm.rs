@@ -490,3 +490,157 @@ async fn the_parent_releases_charts_in_push_children_and_uninstalls_them() {
     released(env, 3, &target, "pushed", 1, "hello-0.1.0").await;
     delete_and_wait_clean(env, &subs, &[3], &[target]).await;
 }
+
+/// The failure modes upstream's users report, each survived: a release that failed is installed
+/// once its cause is fixed (upstream #476); a release of that name already in the child is
+/// upgraded, never installed over ("cannot re-use a name", #318); a chart that cannot be found any
+/// more leaves the deployed release alone (#592) and says why.
+#[tokio::test]
+async fn failed_releases_recover_existing_ones_are_upgraded_and_lost_charts_uninstall_nothing() {
+    let env = TestEnv::get();
+    env.with_controller();
+    let parent = env.parent().await;
+    let id = uid();
+    let clusters = register(env, &id, &[2], "Pull", &[]).await;
+    let child = &clusters[0].child;
+    let repo = chart_repo(env, "hello", &["0.1.0", "0.2.0"], None).await;
+    let (conflict_ns, adopted_ns, pinned_ns) = (
+        format!("hr-conflict-{id}"),
+        format!("hr-adopted-{id}"),
+        format!("hr-pinned-{id}"),
+    );
+    // in the child before anything is released: an object the chart would create, and a
+    // release of the same name installed by hand
+    support::ensure_namespace(child, &conflict_ns).await;
+    let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "conflict-hello"},
+        "data": {"greeting": "mine"}}))
+    .expect("a ConfigMap");
+    let cms: Api<ConfigMap> = Api::namespaced(child.clone(), &conflict_ns);
+    cms.create(&PostParams::default(), &cm)
+        .await
+        .expect("creating the conflicting ConfigMap");
+    let dir = tempfile::tempdir().expect("a directory");
+    let package = support::package_chart(env, "hello", "0.1.0", dir.path());
+    let out = std::process::Command::new(env.bin("helm"))
+        .args(["install", "adopted"])
+        .arg(&package)
+        .args(["-n", &adopted_ns, "--create-namespace"])
+        .env("KUBECONFIG", env.child_kubeconfig(2))
+        .env("HELM_CACHE_HOME", dir.path().join("cache"))
+        .env("HELM_CONFIG_HOME", dir.path().join("config"))
+        .env("HELM_DATA_HOME", dir.path().join("data"))
+        .output()
+        .expect("helm install by hand");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let ns = TestNamespace::create(&parent, &env.parent_kubeconfig(), "helmfail").await;
+    let charts: Api<HelmChart> = Api::namespaced(parent.clone(), &ns.name);
+    for (name, version, target) in [
+        ("conflict", "0.1.0", &conflict_ns),
+        ("adopted", "0.2.0", &adopted_ns),
+        ("pinned", "0.1.0", &pinned_ns),
+    ] {
+        create(
+            &charts,
+            name,
+            json!({"repo": repo.url, "chart": "hello", "version": version, "targetNamespace": target}),
+        )
+        .await;
+    }
+    let subs: Api<Subscription> = Api::namespaced(parent.clone(), &ns.name);
+    subs.create(
+        &PostParams::default(),
+        &subscription(&id, &ns.name, &["conflict", "adopted", "pinned"]),
+    )
+    .await
+    .expect("creating the Subscription");
+    released(env, 2, &adopted_ns, "adopted", 2, "hello-0.2.0").await;
+    released(env, 2, &pinned_ns, "pinned", 1, "hello-0.1.0").await;
+    let hr_of = |name: &'static str| {
+        let parent = parent.clone();
+        let c = &clusters[0];
+        async move {
+            releases_in(&parent, c)
+                .await
+                .into_iter()
+                .find(|h| h.spec.release_name.as_deref() == Some(name))
+        }
+    };
+    let failed = |name: &'static str| {
+        let hr_of = &hr_of;
+        async move {
+            let hr = hr_of(name).await.ok_or("no HelmRelease yet")?;
+            let st = hr.status.unwrap_or_default();
+            if st.phase.as_ref().map(|p| p.to_string()).as_deref() == Some("failed") {
+                Ok(st.notes)
+            } else {
+                Err(format!("{st:?}"))
+            }
+        }
+    };
+    let notes = wait_for("conflict failed", Duration::from_secs(60), || {
+        failed("conflict")
+    })
+    .await;
+    assert!(notes.contains("conflict-hello"), "{notes}");
+    // the cause goes: the release is installed, no one touching the HelmRelease
+    cms.delete("conflict-hello", &DeleteParams::default())
+        .await
+        .expect("deleting the conflicting ConfigMap");
+    released(env, 2, &conflict_ns, "conflict", 1, "hello-0.1.0").await;
+    wait_for("conflict deployed", Duration::from_secs(30), || async {
+        let hr = hr_of("conflict").await.ok_or("gone")?;
+        let st = hr.status.unwrap_or_default();
+        match st.phase.map(|p| p.to_string()).as_deref() {
+            Some("deployed") => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+
+    // the pinned chart's version disappears: NotFound, the release fails to upgrade and stays
+    charts
+        .patch(
+            "pinned",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"version": "9.9.9"}})),
+        )
+        .await
+        .expect("a version that does not exist");
+    phase_of(&charts, "pinned", HelmChartPhase::NotFound).await;
+    let notes = wait_for("pinned failed", Duration::from_secs(60), || {
+        failed("pinned")
+    })
+    .await;
+    assert!(notes.contains("9.9.9"), "{notes}");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let list = helm_list(env, 2, &pinned_ns);
+    assert_eq!(
+        list.iter().map(|r| (r.1, r.2.as_str())).collect::<Vec<_>>(),
+        [(1, "deployed")],
+        "{list:?}"
+    );
+    // back: deployed again, still revision 1 (nothing to upgrade)
+    charts
+        .patch(
+            "pinned",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"version": "0.1.0"}})),
+        )
+        .await
+        .expect("the version back");
+    wait_for("pinned deployed again", Duration::from_secs(60), || async {
+        let hr = hr_of("pinned").await.ok_or("gone")?;
+        let st = hr.status.unwrap_or_default();
+        match (st.phase.map(|p| p.to_string()).as_deref(), st.version) {
+            (Some("deployed"), 1) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    delete_and_wait_clean(env, &subs, &[2], &[conflict_ns, adopted_ns, pinned_ns]).await;
+}

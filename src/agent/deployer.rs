@@ -160,12 +160,12 @@ async fn run_helm(
     }) else {
         return;
     };
-    let deployer = Arc::new(HelmDeployer {
-        helm: Helm::in_temp_dir(rt.config.helm_binary.clone()),
-        parent: parent.clone(),
-        events: Events::new(parent.clone(), "clusternet-agent"),
-        field_manager: FIELD_MANAGER,
-    });
+    let deployer = Arc::new(HelmDeployer::new(
+        Helm::in_temp_dir(rt.config.helm_binary.clone()),
+        parent.clone(),
+        Events::new(parent.clone(), "clusternet-agent"),
+        FIELD_MANAGER,
+    ));
     let target = Arc::new(target);
     let api: Api<HelmRelease> = Api::namespaced(parent, &namespace);
     let backoff = Backoff::default();

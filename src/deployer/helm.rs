@@ -42,6 +42,37 @@ const BUSY_RECHECK: Duration = Duration::from_secs(15);
 const RESYNC: Duration = Duration::from_secs(600);
 /// A `pending-*` release older than its timeout plus this is taken for abandoned.
 const STUCK_MARGIN: Duration = Duration::from_secs(60);
+/// The first retry of a failed release comes after this, each next one after twice as long, up to
+/// [`MAX_RETRY`]: a helm run costs a second of CPU, so 30 failing releases must not spin.
+const FIRST_RETRY: Duration = Duration::from_secs(2);
+const MAX_RETRY: Duration = Duration::from_secs(300);
+
+/// The wait before the next try after `failures` failures in a row.
+pub fn retry_after(failures: u32) -> Duration {
+    FIRST_RETRY
+        .saturating_mul(1u32 << failures.saturating_sub(1).min(16))
+        .min(MAX_RETRY)
+}
+
+/// What a HelmRelease looked like when it last failed, and when it may be tried again: our own
+/// status writes wake the watch, and without this every write would be a retry at once.
+#[derive(Debug, Clone, PartialEq)]
+struct Retry {
+    fingerprint: String,
+    failures: u32,
+    not_before: std::time::Instant,
+}
+
+/// The parts of a HelmRelease a user changes (not its status): a change there is tried at once.
+fn fingerprint(hr: &HelmRelease) -> String {
+    format!(
+        "{:?}|{}|{:?}|{:?}",
+        hr.metadata.generation,
+        hr.metadata.deletion_timestamp.is_some(),
+        hr.metadata.labels,
+        hr.metadata.annotations
+    )
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum HelmDeployError {
@@ -280,10 +311,11 @@ impl Target {
 /// What reconciling needs besides the child: helm, the parent (HelmReleases, Descriptions and
 /// pull Secrets live there) and where events go.
 pub struct HelmDeployer {
-    pub helm: Helm,
-    pub parent: kube::Client,
-    pub events: Events,
-    pub field_manager: &'static str,
+    helm: Helm,
+    parent: kube::Client,
+    events: Events,
+    field_manager: &'static str,
+    retries: std::sync::Mutex<std::collections::HashMap<String, Retry>>,
 }
 
 fn key(hr: &HelmRelease) -> String {
@@ -291,6 +323,63 @@ fn key(hr: &HelmRelease) -> String {
 }
 
 impl HelmDeployer {
+    pub fn new(
+        helm: Helm,
+        parent: kube::Client,
+        events: Events,
+        field_manager: &'static str,
+    ) -> HelmDeployer {
+        HelmDeployer {
+            helm,
+            parent,
+            events,
+            field_manager,
+            retries: Default::default(),
+        }
+    }
+
+    /// Brings the release of `hr` in the child of `target` to what it asks for. A release that
+    /// failed is tried again after [`retry_after`], or at once when the HelmRelease changes.
+    pub async fn reconcile(
+        &self,
+        target: &Target,
+        hr: Arc<HelmRelease>,
+    ) -> Result<Action, HelmDeployError> {
+        let k = key(&hr);
+        let fp = fingerprint(&hr);
+        let now = std::time::Instant::now();
+        let waiting = {
+            let retries = self.retries.lock().unwrap_or_else(|p| p.into_inner());
+            retries
+                .get(&k)
+                .filter(|r| r.fingerprint == fp && r.not_before > now)
+                .map(|r| r.not_before - now)
+        };
+        if let Some(wait) = waiting {
+            return Ok(Action::requeue(wait));
+        }
+        let result = self.reconcile_now(target, hr).await;
+        let mut retries = self.retries.lock().unwrap_or_else(|p| p.into_inner());
+        match &result {
+            Ok(_) => {
+                retries.remove(&k);
+            }
+            Err(_) => {
+                // the error goes to the controller (log, metrics); the next try waits for us
+                let failures = retries.get(&k).map_or(0, |r| r.failures) + 1;
+                retries.insert(
+                    k,
+                    Retry {
+                        fingerprint: fp,
+                        failures,
+                        not_before: std::time::Instant::now() + retry_after(failures),
+                    },
+                );
+            }
+        }
+        result
+    }
+
     fn api_error(
         hr: &HelmRelease,
         what: &'static str,
@@ -303,8 +392,7 @@ impl HelmDeployer {
         }
     }
 
-    /// Brings the release of `hr` in the child of `target` to what it asks for.
-    pub async fn reconcile(
+    async fn reconcile_now(
         &self,
         target: &Target,
         hr: Arc<HelmRelease>,
@@ -785,6 +873,23 @@ mod tests {
                 uninstall_first: true
             }
         );
+    }
+
+    #[test]
+    fn failed_releases_are_retried_ever_more_slowly() {
+        let waits: Vec<u64> = (1..=10).map(|n| retry_after(n).as_secs()).collect();
+        assert_eq!(waits, [2, 4, 8, 16, 32, 64, 128, 256, 300, 300]);
+        assert_eq!(retry_after(u32::MAX).as_secs(), 300);
+        let mut h = hr("1", false);
+        let before = fingerprint(&h);
+        h.status = Some(HelmReleaseStatus::default());
+        assert_eq!(
+            fingerprint(&h),
+            before,
+            "our own status writes are no change"
+        );
+        h.metadata.generation = Some(2);
+        assert_ne!(fingerprint(&h), before);
     }
 
     #[test]

@@ -267,12 +267,12 @@ pub async fn run_helm(rt: Runtime, stop: CancellationToken) {
         return;
     }
     let ctx = Arc::new(HelmCtx {
-        deployer: HelmDeployer {
-            helm: Helm::in_temp_dir(rt.config.helm_binary.clone()),
-            parent: rt.client.clone(),
-            events: Events::new(rt.client.clone(), known::CLUSTERNET_CONTROLLER_MANAGER_NAME),
-            field_manager: FIELD_MANAGER,
-        },
+        deployer: HelmDeployer::new(
+            Helm::in_temp_dir(rt.config.helm_binary.clone()),
+            rt.client.clone(),
+            Events::new(rt.client.clone(), known::CLUSTERNET_CONTROLLER_MANAGER_NAME),
+            FIELD_MANAGER,
+        ),
         rt,
         clusters: clusters.store.clone(),
         secrets: secrets.store.clone(),
