@@ -551,13 +551,32 @@ async fn failed_releases_recover_existing_ones_are_upgraded_and_lost_charts_unin
         )
         .await;
     }
+    // and one behind basic auth: the Pull agent gets the credentials without reading the
+    // HelmChart's namespace
+    let private = chart_repo(env, "hello", &["0.3.0"], Some(("ci", "s3cret"))).await;
+    let private_ns = format!("hr-private-{id}");
+    let secret: Secret = serde_json::from_value(json!({"metadata": {"name": "repo-auth"},
+        "stringData": {"username": "ci", "password": "s3cret"}}))
+    .expect("a Secret");
+    Api::<Secret>::namespaced(parent.clone(), &ns.name)
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("creating the pull secret");
+    create(
+        &charts,
+        "private",
+        json!({"repo": private.url, "chart": "hello", "version": "0.3.0",
+            "chartPullSecret": {"name": "repo-auth"}, "targetNamespace": private_ns}),
+    )
+    .await;
     let subs: Api<Subscription> = Api::namespaced(parent.clone(), &ns.name);
     subs.create(
         &PostParams::default(),
-        &subscription(&id, &ns.name, &["conflict", "adopted", "pinned"]),
+        &subscription(&id, &ns.name, &["conflict", "adopted", "pinned", "private"]),
     )
     .await
     .expect("creating the Subscription");
+    released(env, 2, &private_ns, "private", 1, "hello-0.3.0").await;
     released(env, 2, &adopted_ns, "adopted", 2, "hello-0.2.0").await;
     released(env, 2, &pinned_ns, "pinned", 1, "hello-0.1.0").await;
     let hr_of = |name: &'static str| {
@@ -642,5 +661,11 @@ async fn failed_releases_recover_existing_ones_are_upgraded_and_lost_charts_unin
         }
     })
     .await;
-    delete_and_wait_clean(env, &subs, &[2], &[conflict_ns, adopted_ns, pinned_ns]).await;
+    delete_and_wait_clean(
+        env,
+        &subs,
+        &[2],
+        &[conflict_ns, adopted_ns, pinned_ns, private_ns],
+    )
+    .await;
 }

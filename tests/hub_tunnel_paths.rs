@@ -318,3 +318,85 @@ async fn dynamic_dividing_asks_predictors_through_the_tunnel() {
         .expect("deleting the Subscription");
     delete_manifests(&parent, &manifests).await;
 }
+
+#[tokio::test]
+async fn charts_are_released_through_the_socket_proxy_when_the_child_is_not_directly_reachable() {
+    let env = TestEnv::get();
+    let hub = env.with_hub();
+    env.with_controller();
+    let parent = env.parent().await;
+    let id = uid();
+    let clusters = register(env, &id, &[3], "Push", &[]).await;
+    let c = &clusters[0];
+    let cluster_id = socket_cluster(&parent, c).await.spec.cluster_id;
+    // as behind NAT (see above): helm can only reach the child through the hub
+    Api::<Secret>::namespaced(parent.clone(), &c.dedicated)
+        .patch(
+            "child-cluster-deployer",
+            &PatchParams::default(),
+            &Patch::Merge(json!({
+                "metadata": {"annotations": {"clusternet.io/autoupdate": "false"}},
+                "stringData": {"apiserver-advertise-url": "https://127.0.0.1:1"}})),
+        )
+        .await
+        .expect("pointing child-cluster-deployer at an unreachable address");
+    let repo = support::chart_repo(env, "hello", &["0.1.0"], None).await;
+    let ns = TestNamespace::create(&parent, &env.parent_kubeconfig(), "tunnelhelm").await;
+    let target = format!("tunnel-helm-{id}");
+    let chart: clusternet::apis::HelmChart = serde_json::from_value(json!({
+        "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "HelmChart",
+        "metadata": {"name": "tunnelled"},
+        "spec": {"repo": repo.url, "chart": "hello", "version": "0.1.0", "targetNamespace": target}}))
+    .expect("a HelmChart");
+    Api::<clusternet::apis::HelmChart>::namespaced(parent.clone(), &ns.name)
+        .create(&PostParams::default(), &chart)
+        .await
+        .expect("creating the HelmChart");
+    let subs = create_subscription(
+        &parent,
+        &ns.name,
+        "charted",
+        json!({"subscribers": [{"clusterAffinity": {"matchLabels": {"e2e": id}}}],
+            "feeds": [{"apiVersion": "apps.clusternet.io/v1alpha1", "kind": "HelmChart",
+                "namespace": ns.name, "name": "tunnelled"}]}),
+    )
+    .await;
+    wait_for(
+        "the release deployed in the child",
+        Duration::from_secs(90),
+        || async {
+            let list = support::helm_list(env, 3, &target);
+            match list.iter().find(|r| r.0 == "tunnelled") {
+                Some(r) if r.1 == 1 && r.2 == "deployed" => Ok(()),
+                _ => Err(format!("{list:?}")),
+            }
+        },
+    )
+    .await;
+    // helm stored its release through the hub, in this very child
+    let proxied = format!(
+        "/apis/proxies.clusternet.io/v1alpha1/sockets/{cluster_id}/proxy/direct/api/v1/namespaces/{target}/secrets"
+    );
+    let lines = served(hub, &proxied);
+    assert!(
+        lines.iter().any(|l| l.contains("code=201")),
+        "no release Secret written through {proxied} in {}: {lines:?}",
+        hub.log.display()
+    );
+    subs.delete("charted", &DeleteParams::default())
+        .await
+        .expect("deleting the Subscription");
+    wait_for(
+        "the release uninstalled",
+        Duration::from_secs(90),
+        || async {
+            let list = support::helm_list(env, 3, &target);
+            if list.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{list:?}"))
+            }
+        },
+    )
+    .await;
+}

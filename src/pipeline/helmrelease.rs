@@ -22,6 +22,7 @@ use crate::apis::{Description, DescriptionDeployer, HelmChart, HelmRelease};
 use crate::runtime::cache::Shared;
 use crate::runtime::events::Events;
 use crate::runtime::{Runtime, api_code, apply};
+use k8s_openapi::api::core::v1::Secret;
 
 /// The field manager of the HelmReleases we write.
 pub const FIELD_MANAGER: &str = "clusternet/controller/helmrelease";
@@ -127,7 +128,7 @@ async fn reconcile(ctx: &Ctx, desc: Arc<Description>) -> Result<Action, HelmRele
         .map_err(fail("releasing the Description's finalizer"))?;
         return Ok(Action::await_change());
     }
-    let wanted = match plan_releases(&desc) {
+    let mut wanted = match plan_releases(&desc) {
         Ok(w) => w,
         Err(e) => {
             let reason = e
@@ -143,7 +144,9 @@ async fn reconcile(ctx: &Ctx, desc: Arc<Description>) -> Result<Action, HelmRele
         .iter()
         .filter_map(|w| w["metadata"]["name"].as_str().map(str::to_string))
         .collect();
-    for (name, body) in names.iter().zip(&wanted) {
+    for (name, body) in names.iter().zip(wanted.iter_mut()) {
+        mirror_pull_secret(ctx, &desc, name, body).await?;
+        let body = &*body;
         let current = existing.iter().find(|r| r.name_any() == *name);
         if current.is_some_and(|c| same_release(c, body)) {
             continue;
@@ -159,6 +162,64 @@ async fn reconcile(ctx: &Ctx, desc: Arc<Description>) -> Result<Action, HelmRele
             .map_err(fail("deleting a stale HelmRelease"))?;
     }
     Ok(Action::await_change())
+}
+
+/// The name of the copy of a HelmRelease's chart pull secret in the cluster's namespace.
+pub fn pull_secret_copy(release: &str) -> String {
+    format!("{release}-pull")
+}
+
+/// A chart pull secret lives with its HelmChart; the agent may read only its own cluster's
+/// namespace (upstream grants it every Secret of the parent instead), so the credentials are
+/// copied next to the HelmRelease (owned by the Description, so they go with it) and the
+/// HelmRelease points at the copy. A secret that cannot be read is left as it is: the deploying
+/// side then says why on the HelmRelease.
+async fn mirror_pull_secret(
+    ctx: &Ctx,
+    desc: &Description,
+    name: &str,
+    body: &mut Value,
+) -> Result<(), HelmReleaseError> {
+    let secret = &body["spec"]["chartPullSecret"];
+    let (Some(sname), Some(sns)) = (secret["name"].as_str(), secret["namespace"].as_str()) else {
+        return Ok(());
+    };
+    let Ok(Some(source)) = Api::<Secret>::namespaced(ctx.rt.client.clone(), sns)
+        .get_opt(sname)
+        .await
+    else {
+        return Ok(());
+    };
+    let ns = desc.namespace().unwrap_or_default();
+    let copy = pull_secret_copy(name);
+    let data: BTreeMap<String, String> = source
+        .data
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(k, _)| k == "username" || k == "password")
+        .map(|(k, v)| (k, base64::engine::general_purpose::STANDARD.encode(v.0)))
+        .collect();
+    let mut meta = json!({"name": copy, "namespace": ns,
+        "labels": {known::OBJECT_CREATED_BY_LABEL: known::CLUSTERNET_CONTROLLER_MANAGER_NAME}});
+    if let Some(owner) = desc.controller_owner_ref(&()) {
+        meta["ownerReferences"] = json!([owner]);
+    }
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": meta,
+        "type": "Opaque", "data": data});
+    apply::apply(
+        &Api::<Secret>::namespaced(ctx.rt.client.clone(), &ns),
+        FIELD_MANAGER,
+        &copy,
+        &secret,
+    )
+    .await
+    .map_err(|source| HelmReleaseError::Api {
+        description: format!("{ns}/{}", desc.name_any()),
+        what: "copying the chart pull secret",
+        source,
+    })?;
+    body["spec"]["chartPullSecret"] = json!({"name": copy, "namespace": ns});
+    Ok(())
 }
 
 /// Whether `current` already is what `body` asks for (spec and our labels): nothing to write.

@@ -108,6 +108,42 @@ done
 echo "$summary"
 kubectl --kubeconfig "$DIR/parent.kubeconfig" get bases,descriptions -A
 
+CHART_PORT=${CHART_PORT:-8879}
+say "a Helm chart too: tests/charts/hello from a chart repository on 127.0.0.1:$CHART_PORT; kubectl apply -f deploy/examples/demo-app/chart.yaml"
+export HELM_CACHE_HOME="$DIR/helm/cache" HELM_CONFIG_HOME="$DIR/helm/config" HELM_DATA_HOME="$DIR/helm/data"
+mkdir -p "$DIR/charts"
+helm package "$root/tests/charts/hello" -d "$DIR/charts" >/dev/null
+helm repo index "$DIR/charts" --url "http://127.0.0.1:$CHART_PORT"
+if ! { [ -f "$DIR/pids/chart-repo.pid" ] && kill -0 "$(cat "$DIR/pids/chart-repo.pid")" 2>/dev/null; }; then
+  command -v python3 >/dev/null || { echo "the demo's chart repository is served with python3 -m http.server; install python3" >&2; exit 1; }
+  nohup python3 -m http.server "$CHART_PORT" --bind 127.0.0.1 --directory "$DIR/charts" \
+    >"$DIR/logs/chart-repo.log" 2>&1 </dev/null &
+  echo $! > "$DIR/pids/chart-repo.pid"
+fi
+sed "s#http://127.0.0.1:8879#http://127.0.0.1:$CHART_PORT#" "$root/deploy/examples/demo-app/chart.yaml" \
+  | kubectl --kubeconfig "$DIR/parent.kubeconfig" apply -f -
+ok=
+for _ in $(seq 1 120); do
+  line=""
+  done_count=0
+  for i in 1 2; do
+    st=$(helm --kubeconfig "$DIR/child$i.kubeconfig" status hello -n demo-chart -o json 2>/dev/null \
+      | sed -n 's/.*"status":"\([a-z-]*\)".*/\1/p' || true)
+    line="$line child$i: ${st:-not yet};"
+    [ "$st" = deployed ] && done_count=$((done_count + 1))
+  done
+  printf '\r  release hello: %s' "$line"
+  if [ "$done_count" = 2 ]; then ok=1; break; fi
+  sleep 1
+done
+echo
+[ -n "$ok" ] || { echo "the chart was not released; see $DIR/logs and kubectl get helmreleases -A" >&2; exit 1; }
+for i in 1 2; do
+  echo "child$i: helm list -n demo-chart"
+  helm --kubeconfig "$DIR/child$i.kubeconfig" list -n demo-chart
+done
+kubectl --kubeconfig "$DIR/parent.kubeconfig" get helmcharts,helmreleases -A
+
 say "reaching child2 through its agent's tunnel: kubectl clusternet --cluster-id=... get pods -n demo"
 CHILD2_ID=$(kubectl --kubeconfig "$DIR/parent.kubeconfig" get managedclusters -A -l clusters.clusternet.io/cluster-name=child2 -o jsonpath='{.items[0].spec.clusterId}')
 kubectl clusternet --kubeconfig "$DIR/parent.kubeconfig" --cluster-id="$CHILD2_ID" \
@@ -132,4 +168,6 @@ Look around:
   kubectl clusternet --kubeconfig $DIR/parent.kubeconfig scale deploy/web -n demo --replicas=2   # children follow
   kubectl clusternet --kubeconfig $DIR/parent.kubeconfig --cluster-id=$CHILD2_ID --child-kubeconfig=$DIR/child2.kubeconfig get nodes
   kubectl --kubeconfig $DIR/parent.kubeconfig delete subscription demo-app          # removed from every child
+  helm --kubeconfig $DIR/child2.kubeconfig history hello -n demo-chart               # the chart's release
+  kubectl --kubeconfig $DIR/parent.kubeconfig delete subscription demo-chart        # uninstalled everywhere
 TXT
