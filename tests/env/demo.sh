@@ -120,6 +120,7 @@ if ! { [ -f "$DIR/pids/chart-repo.pid" ] && kill -0 "$(cat "$DIR/pids/chart-repo
     >"$DIR/logs/chart-repo.log" 2>&1 </dev/null &
   echo $! > "$DIR/pids/chart-repo.pid"
 fi
+for _ in $(seq 1 50); do (exec 3<>"/dev/tcp/127.0.0.1/$CHART_PORT") 2>/dev/null && break; sleep 0.2; done
 sed "s#http://127.0.0.1:8879#http://127.0.0.1:$CHART_PORT#" "$root/deploy/examples/demo-app/chart.yaml" \
   | kubectl --kubeconfig "$DIR/parent.kubeconfig" apply -f -
 ok=
