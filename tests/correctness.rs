@@ -582,7 +582,7 @@ async fn objects_two_subscriptions_share_stay_until_both_are_gone() {
 }
 
 #[tokio::test]
-async fn missing_and_unsupported_feeds_are_reported_never_available() {
+async fn missing_feeds_are_reported_never_available() {
     let env = TestEnv::get();
     env.with_controller();
     let parent = env.parent().await;
@@ -606,7 +606,7 @@ async fn missing_and_unsupported_feeds_are_reported_never_available() {
         .expect("creating the Localization");
     let missing =
         json!({"apiVersion": "v1", "kind": "ConfigMap", "namespace": appns, "name": "nowhere"});
-    let chart = json!({"apiVersion": "apps.clusternet.io/v1alpha1", "kind": "HelmChart", "namespace": "default", "name": "mysql"});
+    let chart = json!({"apiVersion": "apps.clusternet.io/v1alpha1", "kind": "HelmChart", "namespace": "default", "name": format!("nowhere-{id}")});
     let mut all = feeds(&objects);
     all.push(missing);
     all.push(chart.clone());
@@ -644,7 +644,7 @@ async fn missing_and_unsupported_feeds_are_reported_never_available() {
                 && cond.reason == "FeedNotFound"
                 && cond.message.contains("ConfigMap")
                 && cond.message.contains("nowhere")
-                && cond.message.contains("Helm charts are not supported")
+                && cond.message.contains(&format!("HelmChart default/nowhere-{id} does not exist"))
                 && st.aggregated_statuses.len() == 5
             {
                 Ok(st)
@@ -697,7 +697,7 @@ async fn missing_and_unsupported_feeds_are_reported_never_available() {
             let missing: Vec<(&str, &str)> = [
                 ("mixed", "FeedNotFound"),
                 ("mixed", "BaseCreated"),
-                ("charts", "NotImplemented"),
+                ("charts", "FeedNotFound"),
             ]
             .into_iter()
             .filter(|want| !reasons.iter().any(|(n, r)| n == want.0 && r == want.1))

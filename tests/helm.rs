@@ -210,10 +210,20 @@ async fn delete_and_wait_clean(
     children: &[usize],
     namespaces: &[String],
 ) {
+    delete_and_wait_clean_named(env, subs, "charts", children, namespaces).await
+}
+
+async fn delete_and_wait_clean_named(
+    env: &TestEnv,
+    subs: &Api<Subscription>,
+    name: &str,
+    children: &[usize],
+    namespaces: &[String],
+) {
     let parent = env.parent().await;
-    let sub = subs.get("charts").await.expect("the Subscription");
+    let sub = subs.get(name).await.expect("the Subscription");
     let uid = sub.uid().unwrap_or_default();
-    subs.delete("charts", &DeleteParams::default())
+    subs.delete(name, &DeleteParams::default())
         .await
         .expect("deleting the Subscription");
     for &i in children {
@@ -668,4 +678,170 @@ async fn failed_releases_recover_existing_ones_are_upgraded_and_lost_charts_unin
         &[conflict_ns, adopted_ns, pinned_ns, private_ns],
     )
     .await;
+}
+
+/// `kubectl apply -f -` of `yaml` in the parent.
+fn kubectl_apply(env: &TestEnv, yaml: &str) {
+    use std::io::Write;
+    let mut apply = std::process::Command::new(env.bin("kubectl"))
+        .arg("--kubeconfig")
+        .arg(env.parent_kubeconfig())
+        .args(["apply", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("kubectl apply");
+    apply
+        .stdin
+        .take()
+        .expect("kubectl stdin")
+        .write_all(yaml.as_bytes())
+        .expect("writing to kubectl");
+    assert!(
+        apply.wait().expect("kubectl apply").success(),
+        "kubectl apply failed:\n{yaml}"
+    );
+}
+
+fn scenario(path: &str) -> String {
+    std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/scenarios")
+            .join(path),
+    )
+    .expect("an upstream example")
+}
+
+/// Upstream's replication-scheduling example with its Helm chart (HelmChart, Subscription,
+/// Localization and Globalization as upstream writes them; only the repository URL, the cluster
+/// ID and the cluster namespace are filled in, as its comments ask), then its OCI example: the
+/// release carries the values and the chart version the overrides pick, per cluster.
+#[tokio::test]
+async fn upstreams_helm_examples_apply_unchanged_apart_from_the_repository() {
+    let env = TestEnv::get();
+    env.with_controller();
+    let parent = env.parent().await;
+    let id = uid();
+    let clusters = register(env, &id, &[3], "Pull", &[]).await;
+    let c = &clusters[0];
+    let mc = Api::<clusternet::apis::ManagedCluster>::namespaced(parent.clone(), &c.dedicated)
+        .get(&c.name)
+        .await
+        .expect("the ManagedCluster");
+    // the example's release name and namespace are fixed: a run killed half-way leaves them
+    let home = tempfile::tempdir().expect("a Helm home");
+    let _ = std::process::Command::new(env.bin("helm"))
+        .args(["uninstall", "mysql", "-n", "abc"])
+        .env("KUBECONFIG", env.child_kubeconfig(3))
+        .env("HELM_CACHE_HOME", home.path().join("cache"))
+        .env("HELM_CONFIG_HOME", home.path().join("config"))
+        .env("HELM_DATA_HOME", home.path().join("data"))
+        .output();
+    let repo = chart_repo(env, "mysql", &["9.1.0", "9.1.8", "9.2.0"], None).await;
+    // upstream's OCI example has no plainHTTP: a registry with TLS
+    let registry = OciRegistry::start_tls(env).await;
+    registry.push(env, "mysql", "9.2.0", "helm-charts");
+    let fill = |text: String| {
+        text.replace("https://charts.bitnami.com/bitnami", &repo.url)
+            .replace(
+                "oci://myoci.registry.com:5000/helm-charts",
+                &format!("oci://{}/helm-charts", registry.host),
+            )
+            .replace("dc91021d-2361-4f6d-a404-7c33b9e01118", &mc.spec.cluster_id)
+            .replace("clusternet-5l82l", &c.dedicated)
+    };
+    // the example's plain objects, as the shadow API would store them
+    let objects: Vec<Value> = ["nginx-deployment.yaml", "nginx-svc.yaml"]
+        .iter()
+        .flat_map(|f| {
+            clusternet::kube_ext::yaml::from_str_documents::<Value>(&scenario(&format!(
+                "replication-scheduling/{f}"
+            )))
+            .expect("YAML")
+            .into_iter()
+            .filter(Value::is_object)
+        })
+        .collect();
+    let manifests_api: Api<clusternet::apis::Manifest> =
+        Api::namespaced(parent.clone(), "clusternet-reserved");
+    for o in &objects {
+        // left by a run killed half-way (the example's names are fixed)
+        let _ = manifests_api
+            .delete(&support::manifest_of(o).name_any(), &DeleteParams::default())
+            .await;
+    }
+    let manifests = support::create_manifests(&parent, &objects).await;
+    for f in [
+        "helm-chart-mysql.yaml",
+        "localization.yaml",
+        "globalization.yaml",
+        "subscription.yaml",
+    ] {
+        kubectl_apply(env, &fill(scenario(&format!("replication-scheduling/{f}"))));
+    }
+    // the Localization's chart version (9.1.8, priority over the Globalization's 9.1.0) and values
+    released(env, 3, "abc", "mysql", 1, "mysql-9.1.8").await;
+    let cm = Api::<ConfigMap>::namespaced(c.child.clone(), "abc")
+        .get("mysql-mysql")
+        .await
+        .expect("the chart's ConfigMap");
+    let data = cm.data.clone().unwrap_or_default();
+    assert_eq!(
+        data.get("imageTag").map(String::as_str),
+        Some("8.0.26-debian-10-r39")
+    );
+    assert_eq!(
+        data.get("database").cloned(),
+        Some(format!("database_for_{}", c.dedicated))
+    );
+    assert_eq!(data.get("persistence").map(String::as_str), Some("false"));
+    assert_eq!(
+        cm.labels()
+            .get("clusternet.io/override-by")
+            .map(String::as_str),
+        Some("clusternet-hub")
+    );
+    // the OCI example replaces the HelmChart; without the overrides it is the chart's own 9.2.0
+    let subs: Api<Subscription> = Api::namespaced(parent.clone(), "default");
+    for (kind, name) in [
+        (
+            "localization",
+            format!("mysql-local-overrides-demo -n {}", c.dedicated),
+        ),
+        ("globalization", "mysql-global-overrides-demo".to_string()),
+    ] {
+        let mut args = vec![
+            "--kubeconfig".to_string(),
+            env.parent_kubeconfig().display().to_string(),
+            "delete".into(),
+            kind.into(),
+        ];
+        args.extend(name.split(' ').map(str::to_string));
+        let ok = std::process::Command::new(env.bin("kubectl"))
+            .args(&args)
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false);
+        assert!(ok, "kubectl {args:?}");
+    }
+    kubectl_apply(env, &fill(scenario("oci/oci-chart-mysql.yaml")));
+    released(env, 3, "abc", "mysql", 2, "mysql-9.2.0").await;
+    delete_and_wait_clean_named(env, &subs, "app-demo", &[3], &["abc".to_string()]).await;
+    let _ = Api::<HelmChart>::namespaced(parent.clone(), "default")
+        .delete("mysql", &DeleteParams::default())
+        .await;
+    for m in manifests {
+        let _ = manifests_api.delete(&m, &DeleteParams::default()).await;
+    }
+    for loc in [
+        "nginx-local-overrides-demo-higher-priority",
+        "nginx-local-overrides-demo-lower-priority",
+    ] {
+        let _ = Api::<Localization>::namespaced(parent.clone(), &c.dedicated)
+            .delete(loc, &DeleteParams::default())
+            .await;
+    }
+    let _ = Api::<clusternet::apis::Globalization>::all(parent.clone())
+        .delete("nginx-global-overrides-demo", &DeleteParams::default())
+        .await;
 }

@@ -318,6 +318,24 @@ pub struct HelmDeployer {
     retries: std::sync::Mutex<std::collections::HashMap<String, Retry>>,
 }
 
+/// The status a reconcile last wrote (or found): writes are skipped only when they would
+/// change nothing on the server.
+struct Current(std::sync::Mutex<Option<HelmReleaseStatus>>);
+
+impl Current {
+    fn new(status: Option<HelmReleaseStatus>) -> Current {
+        Current(std::sync::Mutex::new(status))
+    }
+
+    fn get(&self) -> Option<HelmReleaseStatus> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn set(&self, status: HelmReleaseStatus) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(status);
+    }
+}
+
 fn key(hr: &HelmRelease) -> String {
     format!("{}/{}", hr.namespace().unwrap_or_default(), hr.name_any())
 }
@@ -397,6 +415,8 @@ impl HelmDeployer {
         target: &Target,
         hr: Arc<HelmRelease>,
     ) -> Result<Action, HelmDeployError> {
+        // what the status is now, as this reconcile wrote it (the object it got is older)
+        let current = Current::new(hr.status.clone());
         let ns = hr.namespace().unwrap_or_default();
         let api: Api<HelmRelease> = Api::namespaced(self.parent.clone(), &ns);
         let deleting = hr.metadata.deletion_timestamp.is_some();
@@ -433,9 +453,10 @@ impl HelmDeployer {
         if deleting {
             self.write_status(
                 &hr,
+                &current,
                 &HelmReleaseStatus {
                     phase: Some(HelmReleaseStatusPhase::Uninstalling),
-                    ..hr.status.clone().unwrap_or_default()
+                    ..current.get().unwrap_or_default()
                 },
             )
             .await?;
@@ -451,7 +472,7 @@ impl HelmDeployer {
         }
         let values = match wanted_values(&hr) {
             Ok(v) => v,
-            Err(e) => return self.fail(&hr, "InvalidOverrides", &e).await,
+            Err(e) => return self.fail(&hr, &current, "InvalidOverrides", &e).await,
         };
         let credentials = self.credentials(&hr).await?;
         let latest = self.helm.latest(at).await.map_err(helm_err)?;
@@ -475,12 +496,11 @@ impl HelmDeployer {
             options: o,
             credentials: credentials.as_ref(),
         };
-        let previous = hr.status.clone();
         let outcome = match &step {
             Step::UpToDate => Ok(()),
             Step::Busy => {
                 if let Some(r) = &latest {
-                    self.report(&hr, &release_status(r)).await?;
+                    self.report(&hr, &current, &release_status(r)).await?;
                 }
                 return Ok(Action::requeue(BUSY_RECHECK));
             }
@@ -490,9 +510,10 @@ impl HelmDeployer {
                 if *uninstall_first {
                     self.report(
                         &hr,
+                        &current,
                         &HelmReleaseStatus {
                             phase: Some(HelmReleaseStatusPhase::Uninstalling),
-                            ..previous.clone().unwrap_or_default()
+                            ..current.get().unwrap_or_default()
                         },
                     )
                     .await?;
@@ -501,9 +522,10 @@ impl HelmDeployer {
                 if r.is_ok() {
                     self.report(
                         &hr,
+                        &current,
                         &HelmReleaseStatus {
                             phase: Some(HelmReleaseStatusPhase::PendingInstall),
-                            ..previous.clone().unwrap_or_default()
+                            ..current.get().unwrap_or_default()
                         },
                     )
                     .await?;
@@ -521,9 +543,10 @@ impl HelmDeployer {
             Step::Upgrade => {
                 self.report(
                     &hr,
+                    &current,
                     &HelmReleaseStatus {
                         phase: Some(HelmReleaseStatusPhase::PendingUpgrade),
-                        ..previous.clone().unwrap_or_default()
+                        ..current.get().unwrap_or_default()
                     },
                 )
                 .await?;
@@ -548,7 +571,7 @@ impl HelmDeployer {
             } else {
                 "ReleaseFailure"
             };
-            return self.fail(&hr, reason, &e.to_string()).await;
+            return self.fail(&hr, &current, reason, &e.to_string()).await;
         }
         if step != Step::UpToDate {
             info!(helmrelease = %key(&hr), release = %name, namespace = %target_ns, step = ?step, "release reconciled");
@@ -557,16 +580,19 @@ impl HelmDeployer {
         match now {
             Some(r) => {
                 let status = release_status(&r);
-                self.report(&hr, &status).await?;
+                self.report(&hr, &current, &status).await?;
                 if r.status == "failed" {
                     // a release that failed without helm saying so (a hook, --wait): retried
-                    return self.fail(&hr, "ReleaseFailure", &r.description).await;
+                    return self
+                        .fail(&hr, &current, "ReleaseFailure", &r.description)
+                        .await;
                 }
             }
             None => {
                 return self
                     .fail(
                         &hr,
+                        &current,
                         "ReleaseFailure",
                         "helm reported success but no release is stored",
                     )
@@ -581,12 +607,13 @@ impl HelmDeployer {
     async fn fail(
         &self,
         hr: &Arc<HelmRelease>,
+        current: &Current,
         reason: &str,
         message: &str,
     ) -> Result<Action, HelmDeployError> {
         self.events.warn(hr.as_ref(), reason, message);
-        self.report(hr, &failed_status(hr.status.as_ref(), message))
-            .await?;
+        let failed = failed_status(current.get().as_ref(), message);
+        self.report(hr, current, &failed).await?;
         Err(HelmDeployError::Helm {
             release: key(hr),
             source: HelmError::Helm(message.to_string()),
@@ -597,25 +624,30 @@ impl HelmDeployer {
     async fn report(
         &self,
         hr: &Arc<HelmRelease>,
+        current: &Current,
         status: &HelmReleaseStatus,
     ) -> Result<(), HelmDeployError> {
-        self.write_status(hr, status).await?;
+        self.write_status(hr, current, status).await?;
         self.describe(hr).await
     }
 
     async fn write_status(
         &self,
         hr: &HelmRelease,
+        current: &Current,
         status: &HelmReleaseStatus,
     ) -> Result<(), HelmDeployError> {
-        if hr.status.as_ref() == Some(status) {
+        if current.get().as_ref() == Some(status) {
             return Ok(());
         }
         let api: Api<HelmRelease> =
             Api::namespaced(self.parent.clone(), &hr.namespace().unwrap_or_default());
         let body = apply::status_body(hr, serde_json::to_value(status).unwrap_or_default());
         match apply::apply_status(&api, self.field_manager, &hr.name_any(), &body).await {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                current.set(status.clone());
+                Ok(())
+            }
             // deleted meanwhile: nothing left to report on
             Err(e) if crate::runtime::api_code(&e) == Some(404) => Ok(()),
             Err(e) => Err(Self::api_error(hr, "writing its status")(e)),

@@ -1347,6 +1347,8 @@ pub async fn chart_repo(
 pub struct OciRegistry {
     /// `127.0.0.1:<port>`
     pub host: String,
+    /// Served over TLS with a self-signed certificate (else plain HTTP).
+    pub tls: bool,
     child: std::process::Child,
     _dir: tempfile::TempDir,
 }
@@ -1359,15 +1361,40 @@ impl Drop for OciRegistry {
 }
 
 impl OciRegistry {
+    /// A registry over plain HTTP (`plainHTTP: true` in a HelmChart).
     pub async fn start(env: &TestEnv) -> OciRegistry {
+        Self::start_with(env, false).await
+    }
+
+    /// A registry over HTTPS with a self-signed certificate (as registries usually are; TLS is
+    /// not verified, as upstream).
+    pub async fn start_tls(env: &TestEnv) -> OciRegistry {
+        Self::start_with(env, true).await
+    }
+
+    async fn start_with(env: &TestEnv, tls: bool) -> OciRegistry {
         let dir = tempfile::tempdir().expect("a directory for the registry");
         let port = free_port();
         let host = format!("127.0.0.1:{port}");
         let config = dir.path().join("config.yml");
+        let tls_config = if tls {
+            let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()])
+                .expect("a self-signed certificate");
+            let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+            std::fs::write(&crt, cert.cert.pem()).expect("writing the certificate");
+            std::fs::write(&key, cert.signing_key.serialize_pem()).expect("writing the key");
+            format!(
+                ", tls: {{certificate: {}, key: {}}}",
+                crt.display(),
+                key.display()
+            )
+        } else {
+            String::new()
+        };
         std::fs::write(
             &config,
             format!(
-                "version: 0.1\nlog: {{level: warn}}\nstorage: {{filesystem: {{rootdirectory: {}}}}}\nhttp: {{addr: {host}}}\n",
+                "version: 0.1\nlog: {{level: warn}}\nstorage: {{filesystem: {{rootdirectory: {}}}}}\nhttp: {{addr: {host}{tls_config}}}\n",
                 dir.path().join("data").display()
             ),
         )
@@ -1381,6 +1408,7 @@ impl OciRegistry {
             .expect("starting the OCI registry (tests/env/k8s-bin.sh builds it)");
         let registry = OciRegistry {
             host,
+            tls,
             child,
             _dir: dir,
         };
@@ -1402,7 +1430,11 @@ impl OciRegistry {
             .arg("push")
             .arg(&package)
             .arg(format!("oci://{}/{path}", self.host))
-            .arg("--plain-http")
+            .arg(if self.tls {
+                "--insecure-skip-tls-verify"
+            } else {
+                "--plain-http"
+            })
             .output()
             .expect("helm push");
         assert!(
