@@ -644,7 +644,9 @@ async fn missing_feeds_are_reported_never_available() {
                 && cond.reason == "FeedNotFound"
                 && cond.message.contains("ConfigMap")
                 && cond.message.contains("nowhere")
-                && cond.message.contains(&format!("HelmChart default/nowhere-{id} does not exist"))
+                && cond
+                    .message
+                    .contains(&format!("HelmChart default/nowhere-{id} does not exist"))
                 && st.aggregated_statuses.len() == 5
             {
                 Ok(st)

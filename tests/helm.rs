@@ -474,12 +474,15 @@ async fn charts_from_a_repository_and_a_registry_are_released_in_every_pull_chil
 }
 
 #[tokio::test]
-async fn the_parent_releases_charts_in_push_children_and_uninstalls_them() {
+async fn the_parent_releases_charts_in_push_and_dual_children_and_uninstalls_them() {
     let env = TestEnv::get();
     env.with_controller();
     let parent = env.parent().await;
-    let id = uid();
-    let _clusters = register(env, &id, &[3], "Push", &[]).await;
+    let (id, dual_id) = (uid(), uid());
+    let group = format!("e2e-group={id}");
+    let mut clusters = register(env, &id, &[3], "Push", &[group.as_str()]).await;
+    // Dual with AppPusher (the agent's default): the parent deploys too
+    clusters.extend(register(env, &dual_id, &[1], "Dual", &[group.as_str()]).await);
     let repo = chart_repo(env, "hello", &["0.1.0"], None).await;
     let ns = TestNamespace::create(&parent, &env.parent_kubeconfig(), "helmpush").await;
     let charts: Api<HelmChart> = Api::namespaced(parent.clone(), &ns.name);
@@ -491,14 +494,27 @@ async fn the_parent_releases_charts_in_push_children_and_uninstalls_them() {
     )
     .await;
     let subs: Api<Subscription> = Api::namespaced(parent.clone(), &ns.name);
-    subs.create(
-        &PostParams::default(),
-        &subscription(&id, &ns.name, &["pushed"]),
-    )
-    .await
-    .expect("creating the Subscription");
+    let mut sub = subscription(&id, &ns.name, &["pushed"]);
+    sub.spec.subscribers =
+        serde_json::from_value(json!([{"clusterAffinity": {"matchLabels": {"e2e-group": id}}}]))
+            .expect("subscribers");
+    subs.create(&PostParams::default(), &sub)
+        .await
+        .expect("creating the Subscription");
     released(env, 3, &target, "pushed", 1, "hello-0.1.0").await;
-    delete_and_wait_clean(env, &subs, &[3], &[target]).await;
+    released(env, 1, &target, "pushed", 1, "hello-0.1.0").await;
+    // the parent's deployer reported both releases, not the agents
+    for c in &clusters {
+        let managers: Vec<String> = releases_in(&parent, c)
+            .await
+            .iter()
+            .flat_map(|h| h.metadata.managed_fields.clone().unwrap_or_default())
+            .filter(|m| m.subresource.as_deref() == Some("status"))
+            .filter_map(|m| m.manager)
+            .collect();
+        assert_eq!(managers, ["clusternet/controller/deployer"], "{}", c.name);
+    }
+    delete_and_wait_clean(env, &subs, &[3, 1], &[target]).await;
 }
 
 /// The failure modes upstream's users report, each survived: a release that failed is installed
@@ -767,7 +783,10 @@ async fn upstreams_helm_examples_apply_unchanged_apart_from_the_repository() {
     for o in &objects {
         // left by a run killed half-way (the example's names are fixed)
         let _ = manifests_api
-            .delete(&support::manifest_of(o).name_any(), &DeleteParams::default())
+            .delete(
+                &support::manifest_of(o).name_any(),
+                &DeleteParams::default(),
+            )
             .await;
     }
     let manifests = support::create_manifests(&parent, &objects).await;
