@@ -25,7 +25,14 @@ pub fn render_helm(
     chart: &Value,
     overrides: &[OverrideConfig],
 ) -> Result<HelmRendering, OverrideError> {
-    let (values, chart_overrides) = apply_docs(Doc::blank(), Doc::blank(), overrides)?;
+    // JSONPatch/MergePatch with `overrideChart: true` patch the HelmChart object itself (upstream
+    // #454; upstream applies them to the values): after the Helm chart merges, in their order
+    let (chart_patches, overrides): (Vec<OverrideConfig>, Vec<OverrideConfig>) =
+        overrides.iter().cloned().partition(|o| {
+            o.override_chart
+                && matches!(o.type_, OverrideType::JsonPatch | OverrideType::MergePatch)
+        });
+    let (values, chart_overrides) = apply_docs(Doc::blank(), Doc::blank(), &overrides)?;
 
     // Two separate patches: in one patch a missing /spec/chart would make the whole patch a no-op
     // and let a targetNamespace override through.
@@ -49,10 +56,38 @@ pub fn render_helm(
         field_path: String::new(),
         field_format: None,
     }];
-    let (chart, _) = apply_docs(Doc::Json(chart.clone()), Doc::blank(), &merge)?;
+    let (merged, _) = apply_docs(Doc::Json(chart.clone()), Doc::blank(), &merge)?;
+    let mut out = merged.into_value("the HelmChart")?;
+    if !chart_patches.is_empty() {
+        let patches: Vec<OverrideConfig> = chart_patches
+            .into_iter()
+            .map(|mut o| {
+                o.override_chart = false;
+                o
+            })
+            .collect();
+        let (patched, _) = apply_docs(Doc::Json(out.clone()), Doc::blank(), &patches)?;
+        let mut patched = patched.into_value("the HelmChart")?;
+        // which chart is installed where stays the HelmChart's, as for the merges above
+        for field in ["chart", "targetNamespace"] {
+            match out.pointer(&format!("/spec/{field}")).cloned() {
+                Some(v) => {
+                    if let Some(spec) = patched.get_mut("spec").and_then(Value::as_object_mut) {
+                        spec.insert(field.to_string(), v);
+                    }
+                }
+                None => {
+                    if let Some(spec) = patched.get_mut("spec").and_then(Value::as_object_mut) {
+                        spec.remove(field);
+                    }
+                }
+            }
+        }
+        out = patched;
+    }
     Ok(HelmRendering {
         values: values.into_string(),
-        chart: chart.into_value("the HelmChart")?,
+        chart: out,
     })
 }
 
@@ -183,6 +218,45 @@ resources: {limits: {cpu: 1}}
         assert_eq!(
             err.to_string(),
             "override \"list\" (Helm): Helm values must be a map, got array"
+        );
+    }
+
+    #[test]
+    fn json_and_merge_patches_with_override_chart_patch_the_helm_chart() {
+        let chart = json!({"apiVersion": "apps.clusternet.io/v1alpha1", "kind": "HelmChart",
+            "metadata": {"name": "mysql", "namespace": "default"},
+            "spec": {"repo": "https://charts.example", "chart": "mysql", "version": "9.2.0",
+                "targetNamespace": "abc"}});
+        let on_chart = |name: &str, t: OverrideType, value: &str| {
+            let mut r = rule(name, t, value);
+            r.override_chart = true;
+            r
+        };
+        let overrides = vec![
+            rule("values", OverrideType::Helm, "image: {tag: x}"),
+            on_chart(
+                "pin",
+                OverrideType::JsonPatch,
+                r#"[{"op":"replace","path":"/spec/version","value":"9.1.0"},{"op":"replace","path":"/spec/chart","value":"evil"}]"#,
+            ),
+            on_chart(
+                "wait",
+                OverrideType::MergePatch,
+                r#"{"spec":{"wait":true,"targetNamespace":"kube-system"}}"#,
+            ),
+        ];
+        let r = render_helm(&chart, &overrides).expect("renders");
+        assert_eq!(r.chart["spec"]["version"], "9.1.0");
+        assert_eq!(r.chart["spec"]["wait"], true);
+        assert_eq!(r.chart["spec"]["chart"], "mysql", "the chart stays");
+        assert_eq!(
+            r.chart["spec"]["targetNamespace"], "abc",
+            "and where it goes"
+        );
+        assert_eq!(
+            serde_json::from_str::<Value>(&r.values).expect("JSON"),
+            json!({"image": {"tag": "x"}}),
+            "the values are not patched"
         );
     }
 
