@@ -712,7 +712,7 @@ async fn missing_feeds_are_reported_never_available() {
         },
     )
     .await;
-    // multi-cluster services are not implemented yet: a ServiceImport says so
+    // a ServiceImport that does not name the exported Service says so
     let si: clusternet::apis::ServiceImport = serde_json::from_value(json!({
         "apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ServiceImport", "metadata": {"name": "web"},
         "spec": {"type": "ClusterSetIP", "ports": [{"port": 80, "protocol": "TCP"}]}}))
@@ -722,7 +722,7 @@ async fn missing_feeds_are_reported_never_available() {
         .await
         .expect("creating the ServiceImport");
     wait_for(
-        "NotImplemented on the ServiceImport",
+        "InvalidServiceImport on the ServiceImport",
         Duration::from_secs(30),
         || async {
             let events = Api::<Event>::namespaced(parent.clone(), &ns.name)
@@ -732,12 +732,12 @@ async fn missing_feeds_are_reported_never_available() {
             match events
                 .items
                 .iter()
-                .find(|e| e.reason.as_deref() == Some("NotImplemented"))
+                .find(|e| e.reason.as_deref() == Some("InvalidServiceImport"))
             {
                 Some(e)
-                    if e.message
-                        .as_deref()
-                        .is_some_and(|m| m.contains("not implemented")) =>
+                    if e.message.as_deref().is_some_and(|m| {
+                        m.contains("services.clusternet.io/multi-cluster-service-name")
+                    }) =>
                 {
                     Ok(())
                 }

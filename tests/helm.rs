@@ -165,19 +165,7 @@ async fn helm_charts_are_found_in_repositories_and_registries_or_say_why_not() {
 
 /// Waits until child `i` has release `name` in `ns` at `revision`, deployed, of `chart`.
 async fn released(env: &TestEnv, i: usize, ns: &str, name: &str, revision: i64, chart: &str) {
-    wait_for(
-        &format!("release {ns}/{name} revision {revision} deployed in child {i}"),
-        Duration::from_secs(90),
-        || async {
-            let list = helm_list(env, i, ns);
-            let found = list.iter().find(|r| r.0 == name);
-            match found {
-                Some(r) if r.1 == revision && r.2 == "deployed" && r.3 == chart => Ok(()),
-                _ => Err(format!("{list:?}")),
-            }
-        },
-    )
-    .await;
+    support::wait_released(env, i, ns, name, revision, Some(chart)).await;
 }
 
 async fn greeting(child: &kube::Client, ns: &str, release: &str) -> (String, String) {
@@ -228,19 +216,7 @@ async fn delete_and_wait_clean_named(
         .expect("deleting the Subscription");
     for &i in children {
         for ns in namespaces {
-            wait_for(
-                &format!("no release left in child {i} {ns}"),
-                Duration::from_secs(90),
-                || async {
-                    let list = helm_list(env, i, ns);
-                    if list.is_empty() {
-                        Ok(())
-                    } else {
-                        Err(format!("{list:?}"))
-                    }
-                },
-            )
-            .await;
+            support::wait_no_releases(env, i, ns).await;
         }
     }
     let sel = ListParams::default().labels(&format!("apps.clusternet.io/subs.uid={uid}"));

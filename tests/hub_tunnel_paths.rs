@@ -361,18 +361,7 @@ async fn charts_are_released_through_the_socket_proxy_when_the_child_is_not_dire
                 "namespace": ns.name, "name": "tunnelled"}]}),
     )
     .await;
-    wait_for(
-        "the release deployed in the child",
-        Duration::from_secs(90),
-        || async {
-            let list = support::helm_list(env, 3, &target);
-            match list.iter().find(|r| r.0 == "tunnelled") {
-                Some(r) if r.1 == 1 && r.2 == "deployed" => Ok(()),
-                _ => Err(format!("{list:?}")),
-            }
-        },
-    )
-    .await;
+    support::wait_released(env, 3, &target, "tunnelled", 1, None).await;
     // helm stored its release through the hub, in this very child
     let proxied = format!(
         "/apis/proxies.clusternet.io/v1alpha1/sockets/{cluster_id}/proxy/direct/api/v1/namespaces/{target}/secrets"
@@ -386,17 +375,5 @@ async fn charts_are_released_through_the_socket_proxy_when_the_child_is_not_dire
     subs.delete("charted", &DeleteParams::default())
         .await
         .expect("deleting the Subscription");
-    wait_for(
-        "the release uninstalled",
-        Duration::from_secs(90),
-        || async {
-            let list = support::helm_list(env, 3, &target);
-            if list.is_empty() {
-                Ok(())
-            } else {
-                Err(format!("{list:?}"))
-            }
-        },
-    )
-    .await;
+    support::wait_no_releases(env, 3, &target).await;
 }

@@ -7,6 +7,7 @@ pub mod credentials;
 pub mod deployer;
 pub mod predictor;
 pub mod registration;
+pub mod serviceexport;
 pub mod status;
 
 use std::time::Duration;
@@ -69,6 +70,10 @@ pub async fn lead(rt: &Runtime, lease_uid: &str, stop: CancellationToken) {
             let (rt, reg, round) = (rt.clone(), reg.clone(), round.clone());
             tokio::spawn(async move { deployer::run(&rt, &reg, round).await })
         };
+        let exports = {
+            let (rt, reg, round) = (rt.clone(), reg.clone(), round.clone());
+            tokio::spawn(async move { serviceexport::run(&rt, &reg, round).await })
+        };
         // the reverse tunnel lets the parent reach this cluster behind NAT (hub.md §2.4)
         let tunnel = rt
             .config
@@ -92,6 +97,7 @@ pub async fn lead(rt: &Runtime, lease_uid: &str, stop: CancellationToken) {
         round.cancel();
         let _ = publisher.await;
         let _ = pull.await;
+        let _ = exports.await;
         if let Some(t) = tunnel {
             let _ = t.await;
         }

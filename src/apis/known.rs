@@ -216,6 +216,22 @@ pub const DERIVED_SERVICE_PREFIX: &str = "derived-";
 /// Length of `h` in a derived Service name (lowercase unpadded base32hex of sha256(name)).
 pub const DERIVED_SERVICE_HASH_LENGTH: usize = 10;
 
+/// Name of the Service a ServiceImport derives for Service `name` of `namespace` in the children:
+/// `derived-<namespace>-<h>`, `h` the first 10 characters of the lowercase base32hex of
+/// sha256(`name`) (upstream's `pkg/utils/names.go`).
+pub fn derived_service_name(namespace: &str, name: &str) -> String {
+    const ALPHABET: &[u8; 32] = b"0123456789abcdefghijklmnopqrstuv";
+    let digest = ring::digest::digest(&ring::digest::SHA256, name.as_bytes());
+    // 10 characters of 5 bits each come from the first 7 bytes
+    let bits = digest.as_ref()[..7]
+        .iter()
+        .fold(0u64, |acc, b| (acc << 8) | u64::from(*b));
+    let h: String = (0..DERIVED_SERVICE_HASH_LENGTH)
+        .map(|i| ALPHABET[((bits >> (51 - 5 * i)) & 0x1f) as usize] as char)
+        .collect();
+    format!("{DERIVED_SERVICE_PREFIX}{namespace}-{h}")
+}
+
 /// Name of the per-cluster ClusterRole (and binding) `clusternet-<clusterID>`.
 pub fn cluster_role_name(cluster_id: &str) -> String {
     format!("{NAME_PREFIX_FOR_CLUSTERNET_OBJECTS}{cluster_id}")
@@ -329,5 +345,10 @@ mod tests {
         assert_eq!(cluster_role_name("abc"), "clusternet-abc");
         assert_eq!(cluster_registration_request_name("abc"), "clusternet-abc");
         assert_eq!(RANDOM_SUFFIX_ALPHABET.len(), 27);
+        // spec/apis.md §10's example
+        assert_eq!(
+            derived_service_name("test", "my-service"),
+            "derived-test-sgvukfmp95"
+        );
     }
 }

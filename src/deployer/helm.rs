@@ -18,7 +18,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -576,7 +575,11 @@ impl HelmDeployer {
         if step != Step::UpToDate {
             info!(helmrelease = %key(&hr), release = %name, namespace = %target_ns, step = ?step, "release reconciled");
         }
-        let now = self.helm.latest(at).await.map_err(helm_err)?;
+        // an up-to-date release is the one just read: no second look
+        let now = match (&step, latest) {
+            (Step::UpToDate, Some(r)) => Some(r),
+            _ => self.helm.latest(at).await.map_err(helm_err)?,
+        };
         match now {
             Some(r) => {
                 let status = release_status(&r);
@@ -642,16 +645,14 @@ impl HelmDeployer {
         }
         let api: Api<HelmRelease> =
             Api::namespaced(self.parent.clone(), &hr.namespace().unwrap_or_default());
-        let body = apply::status_body(hr, serde_json::to_value(status).unwrap_or_default());
-        match apply::apply_status(&api, self.field_manager, &hr.name_any(), &body).await {
-            Ok(_) => {
-                current.set(status.clone());
-                Ok(())
-            }
-            // deleted meanwhile: nothing left to report on
-            Err(e) if crate::runtime::api_code(&e) == Some(404) => Ok(()),
-            Err(e) => Err(Self::api_error(hr, "writing its status")(e)),
+        let status_json = serde_json::to_value(status).unwrap_or_default();
+        if apply::write_status(&api, self.field_manager, hr, status_json)
+            .await
+            .map_err(Self::api_error(hr, "writing its status"))?
+        {
+            current.set(status.clone());
         }
+        Ok(())
     }
 
     /// The owning Description's status from all of its HelmReleases, read afresh (two of its
@@ -692,45 +693,26 @@ impl HelmDeployer {
         if desc.status.as_ref() == Some(&status) {
             return Ok(());
         }
-        let body = apply::status_body(&desc, serde_json::to_value(&status).unwrap_or_default());
-        match apply::apply_status(&descs, self.field_manager, &desc_name, &body).await {
-            Ok(_) => Ok(()),
-            Err(e) if crate::runtime::api_code(&e) == Some(404) => Ok(()),
-            Err(e) => Err(Self::api_error(hr, "writing its Description's status")(e)),
-        }
+        let status = serde_json::to_value(&status).unwrap_or_default();
+        apply::write_status(&descs, self.field_manager, &desc, status)
+            .await
+            .map_err(Self::api_error(hr, "writing its Description's status"))?;
+        Ok(())
     }
 
     /// The chart pull secret's credentials, read from the parent (§7.3 step 4).
     async fn credentials(&self, hr: &HelmRelease) -> Result<Option<Credentials>, HelmDeployError> {
-        let s = &hr.spec.options.chart_pull_secret;
-        if s.name.is_empty() {
-            return Ok(None);
-        }
-        let ns = if s.namespace.is_empty() {
-            hr.namespace().unwrap_or_default()
-        } else {
-            s.namespace.clone()
-        };
-        let bad = |message: String| HelmDeployError::Secret {
+        repo::read_credentials(
+            &self.parent,
+            &hr.spec.options,
+            &hr.namespace().unwrap_or_default(),
+        )
+        .await
+        .map_err(|e| HelmDeployError::Secret {
             release: key(hr),
-            secret: format!("{ns}/{}", s.name),
-            message,
-        };
-        let secret = Api::<Secret>::namespaced(self.parent.clone(), &ns)
-            .get_opt(&s.name)
-            .await
-            .map_err(|e| bad(e.to_string()))?
-            .ok_or_else(|| bad("not found".into()))?;
-        let data = secret.data.unwrap_or_default();
-        let field = |k: &str| {
-            data.get(k)
-                .map(|b| String::from_utf8_lossy(&b.0).to_string())
-                .ok_or_else(|| bad(format!("has no key {k:?}")))
-        };
-        Ok(Some(Credentials {
-            username: field("username")?,
-            password: field("password")?,
-        }))
+            secret: e.secret,
+            message: e.what,
+        })
     }
 
     /// `replaceCRDs` (and not `skipCRDs`): every CRD of the chart is applied first, replacing

@@ -27,6 +27,7 @@ use super::who;
 use crate::apis::known;
 use crate::apis::{Description, HelmRelease, ManagedCluster};
 use crate::helm::cli::Helm;
+use crate::runtime::cache::Shared;
 use crate::runtime::child::ProxyAvailability;
 use crate::runtime::events::Events;
 use crate::runtime::{self, Runtime};
@@ -60,14 +61,9 @@ struct Ctx {
 
 pub async fn run(rt: Runtime, stop: CancellationToken) {
     let descs = rt.cache.watch::<Description>();
-    let clusters = rt.cache.watch::<ManagedCluster>();
-    let secrets = rt
-        .cache
-        .watch_named::<Secret>(known::CHILD_CLUSTER_SECRET_NAME);
-    let _ = clusters.ready_until(&stop).await;
-    if !secrets.ready_until(&stop).await {
+    let Some((clusters, secrets)) = cluster_watches(&rt, &stop).await else {
         return;
-    }
+    };
     let (touched, heard) = tokio::sync::mpsc::unbounded_channel();
     let children = ChildCache::new(Some(touched), rt.config.retain_managers.clone());
     let ctx = Arc::new(Ctx {
@@ -87,6 +83,23 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         async move { reconcile(&ctx, desc).await }
     })
     .await;
+}
+
+/// The ManagedClusters and their child-cluster Secrets (the credentials a push uses), once both
+/// are listed; `None` when stopped first.
+async fn cluster_watches(
+    rt: &Runtime,
+    stop: &CancellationToken,
+) -> Option<(Shared<ManagedCluster>, Shared<Secret>)> {
+    let clusters = rt.cache.watch::<ManagedCluster>();
+    let secrets = rt
+        .cache
+        .watch_named::<Secret>(known::CHILD_CLUSTER_SECRET_NAME);
+    let _ = clusters.ready_until(stop).await;
+    secrets
+        .ready_until(stop)
+        .await
+        .then_some((clusters, secrets))
 }
 
 fn cluster_of<K: Resource>(
@@ -258,14 +271,9 @@ async fn child_client(
 /// longer exists lets go without touching the child.
 pub async fn run_helm(rt: Runtime, stop: CancellationToken) {
     let releases = rt.cache.watch::<HelmRelease>();
-    let clusters = rt.cache.watch::<ManagedCluster>();
-    let secrets = rt
-        .cache
-        .watch_named::<Secret>(known::CHILD_CLUSTER_SECRET_NAME);
-    let _ = clusters.ready_until(&stop).await;
-    if !secrets.ready_until(&stop).await {
+    let Some((clusters, secrets)) = cluster_watches(&rt, &stop).await else {
         return;
-    }
+    };
     let ctx = Arc::new(HelmCtx {
         deployer: HelmDeployer::new(
             Helm::in_temp_dir(rt.config.helm_binary.clone()),

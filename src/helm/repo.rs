@@ -37,6 +37,52 @@ impl std::fmt::Debug for Credentials {
     }
 }
 
+/// A `chartPullSecret` that cannot be used: `secret` is `<namespace>/<name>`.
+#[derive(Debug, thiserror::Error)]
+#[error("{secret}: {what}")]
+pub struct CredentialsError {
+    pub secret: String,
+    pub what: String,
+}
+
+/// The basic-auth credentials of `options.chartPullSecret` (keys `username` and `password`), read
+/// with `client`; its namespace defaults to `namespace` (the object's own). `None` when the options
+/// name no secret.
+pub async fn read_credentials(
+    client: &kube::Client,
+    options: &HelmOptions,
+    namespace: &str,
+) -> Result<Option<Credentials>, CredentialsError> {
+    let s = &options.chart_pull_secret;
+    if s.name.is_empty() {
+        return Ok(None);
+    }
+    let ns = if s.namespace.is_empty() {
+        namespace
+    } else {
+        &s.namespace
+    };
+    let bad = |what: String| CredentialsError {
+        secret: format!("{ns}/{}", s.name),
+        what,
+    };
+    let secret = kube::Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), ns)
+        .get_opt(&s.name)
+        .await
+        .map_err(|e| bad(format!("cannot be read: {e}")))?
+        .ok_or_else(|| bad("not found".into()))?;
+    let data = secret.data.unwrap_or_default();
+    let field = |k: &str| {
+        data.get(k)
+            .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+            .ok_or_else(|| bad(format!("has no key {k:?}")))
+    };
+    Ok(Some(Credentials {
+        username: field("username")?,
+        password: field("password")?,
+    }))
+}
+
 #[derive(Deserialize)]
 struct Index {
     #[serde(default)]

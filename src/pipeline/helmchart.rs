@@ -9,7 +9,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -173,35 +172,17 @@ async fn reconcile(ctx: &Ctx, chart: Arc<HelmChart>) -> Result<Action, HelmChart
 /// The `chartPullSecret` credentials (keys `username`, `password`), when one is named; a
 /// missing Secret or key is an error (retried), as upstream.
 async fn credentials(ctx: &Ctx, chart: &HelmChart) -> Result<Option<Credentials>, HelmChartError> {
-    let s = &chart.spec.options.chart_pull_secret;
-    if s.name.is_empty() {
-        return Ok(None);
-    }
-    let ns = if s.namespace.is_empty() {
-        chart.namespace().unwrap_or_default()
-    } else {
-        s.namespace.clone()
-    };
-    let bad = |what: String| HelmChartError::Secret {
+    repo::read_credentials(
+        &ctx.rt.client,
+        &chart.spec.options,
+        &chart.namespace().unwrap_or_default(),
+    )
+    .await
+    .map_err(|e| HelmChartError::Secret {
         chart: key(chart),
-        secret: format!("{ns}/{}", s.name),
-        what,
-    };
-    let secret = Api::<Secret>::namespaced(ctx.rt.client.clone(), &ns)
-        .get_opt(&s.name)
-        .await
-        .map_err(|e| bad(format!("cannot be read: {e}")))?
-        .ok_or_else(|| bad("not found".into()))?;
-    let data = secret.data.unwrap_or_default();
-    let field = |name: &str| {
-        data.get(name)
-            .map(|b| String::from_utf8_lossy(&b.0).into_owned())
-            .ok_or_else(|| bad(format!("has no key {name:?}")))
-    };
-    Ok(Some(Credentials {
-        username: field("username")?,
-        password: field("password")?,
-    }))
+        secret: e.secret,
+        what: e.what,
+    })
 }
 
 #[cfg(test)]

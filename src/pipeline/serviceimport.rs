@@ -1,36 +1,1001 @@
-//! ServiceImport (multi-cluster services, gate MultiClusterService): this build derives nothing
-//! from ServiceImports yet, so each one gets a Warning event `NotImplemented` saying so, instead
-//! of being accepted in silence.
+//! ServiceImport (docs/spec/agent.md §5.2, gate MultiClusterService): a ServiceImport in the
+//! parent labelled with the exported Service's name and namespace gets the derived Service
+//! `derived-<ns>-<hash>` next to it and a copy of every EndpointSlice the children's agents
+//! exported for that Service, so an ordinary Subscription can take both to consumer clusters.
+//!
+//! observe (the import, its derived Service, the exported and imported slices from the shared
+//! cache) -> [`plan_import`] (pure) -> apply (server-side apply of what differs, deletes of stale
+//! copies, `status.clusters`). Beyond upstream: `Headless` imports derive a headless Service, an
+//! export is imported only into the namespace its `apps.clusternet.io/subs.namespace` label names
+//! (the agent's condition says when it is missing), only slices from clusters' dedicated
+//! namespaces count, and ports the exporting clusters do not serve are reported as Warnings.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams};
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::{ObjectRef, Store};
+use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
+use tracing::info;
 
-use crate::apis::ServiceImport;
 use crate::apis::known;
+use crate::apis::{
+    ManagedCluster, Manifest, ServiceImport, ServiceImportStatus, ServiceImportType,
+};
+use crate::hub::shadow::model::naming;
 use crate::runtime::Runtime;
+use crate::runtime::apply;
 use crate::runtime::events::Events;
 
-pub const NOT_IMPLEMENTED: &str = "multi-cluster services are not implemented by this build yet: no Service or EndpointSlices are derived from this ServiceImport";
+pub const FIELD_MANAGER: &str = "clusternet/controller/serviceimport";
+/// Errors are retried sooner than the runtime's backoff reaches (upstream retries after 1 s).
+const RESYNC: Duration = Duration::from_secs(300);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    #[error("ServiceImport {import}: {what}: {source}")]
+    Api {
+        import: String,
+        what: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// The exported Service a ServiceImport names: `(name, namespace)` from its labels.
+pub fn exported_service(si: &ServiceImport) -> Result<(String, String), String> {
+    let get = |k: &str| si.labels().get(k).filter(|v| !v.is_empty()).cloned();
+    match (
+        get(known::LABEL_SERVICE_NAME),
+        get(known::LABEL_SERVICE_NAMESPACE),
+    ) {
+        (Some(name), Some(ns)) => Ok((name, ns)),
+        _ => Err(format!(
+            "labels {} and {} must name the exported Service (its name and its namespace in the children); nothing is imported",
+            known::LABEL_SERVICE_NAME,
+            known::LABEL_SERVICE_NAMESPACE
+        )),
+    }
+}
+
+/// What one reconcile of an import writes.
+#[derive(Debug, Default, PartialEq)]
+pub struct ImportPlan {
+    /// Apply body of the derived Service when it is missing or differs.
+    pub service: Option<Value>,
+    /// The derived Service must be deleted first (Headless <-> ClusterSetIP: its clusterIP is
+    /// immutable).
+    pub recreate_service: bool,
+    /// The derived Service's status (the ClusterSet IPs as load-balancer ingress) when it differs.
+    pub service_status: Option<Value>,
+    /// Apply bodies of the imported slices that are missing or differ.
+    pub upserts: Vec<Value>,
+    /// Imported slices whose exported source is gone.
+    pub deletes: Vec<String>,
+    /// Apply bodies of the Manifests (in the reserved namespace) that make the derived Service
+    /// and the imported slices feeds of ordinary Subscriptions, when missing or different.
+    pub manifests: Vec<Value>,
+    /// Manifests of slices no longer imported.
+    pub manifest_deletes: Vec<String>,
+    /// `status.clusters` when it differs.
+    pub status: Option<ServiceImportStatus>,
+    /// `(reason, message)` Warnings for the user.
+    pub warnings: Vec<(&'static str, String)>,
+}
+
+/// The derived Service `si` wants (agent.md §5.2 step 1).
+pub fn derived_service(si: &ServiceImport, name: &str, ns: &str) -> Value {
+    let ports: Vec<Value> = si
+        .spec
+        .ports
+        .iter()
+        .map(|p| {
+            let mut port = json!({
+                "protocol": if p.protocol.is_empty() { "TCP" } else { p.protocol.as_str() },
+                "port": p.port,
+            });
+            if !p.name.is_empty() {
+                port["name"] = json!(p.name);
+            }
+            if let Some(a) = &p.app_protocol {
+                port["appProtocol"] = json!(a);
+            }
+            port
+        })
+        .collect();
+    let mut spec = json!({"type": "ClusterIP", "ports": ports});
+    if si.spec.type_ == ServiceImportType::Headless {
+        spec["clusterIP"] = json!("None");
+    }
+    if !si.spec.session_affinity.is_empty() {
+        spec["sessionAffinity"] = json!(si.spec.session_affinity);
+    }
+    if let Some(c) = &si.spec.session_affinity_config {
+        spec["sessionAffinityConfig"] = json!(c);
+    }
+    json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": known::derived_service_name(ns, name),
+            "namespace": si.namespace().unwrap_or_default(),
+            "labels": {
+                known::LABEL_SERVICE_NAME: name,
+                known::LABEL_SERVICE_NAMESPACE: ns,
+            },
+        },
+        "spec": spec,
+    })
+}
+
+/// The fields of `svc` the derived Service body sets, to compare with one.
+fn service_as_applied(svc: &Service) -> Value {
+    let spec = svc.spec.clone().unwrap_or_default();
+    let ports: Vec<Value> = spec
+        .ports
+        .unwrap_or_default()
+        .iter()
+        .map(|p| {
+            let mut port = json!({
+                "protocol": p.protocol.as_deref().unwrap_or("TCP"),
+                "port": p.port,
+            });
+            if let Some(n) = p.name.as_deref().filter(|n| !n.is_empty()) {
+                port["name"] = json!(n);
+            }
+            if let Some(a) = &p.app_protocol {
+                port["appProtocol"] = json!(a);
+            }
+            port
+        })
+        .collect();
+    json!({"ports": ports, "headless": spec.cluster_ip.as_deref() == Some("None")})
+}
+
+/// Whether an exported slice counts for `si`: the two service labels, made by an agent, labelled
+/// for `si`'s namespace, in a cluster's dedicated namespace.
+fn is_source(s: &EndpointSlice, name: &str, ns: &str, si_ns: &str) -> bool {
+    let l = s.labels();
+    l.get(known::LABEL_SERVICE_NAME).map(String::as_str) == Some(name)
+        && l.get(known::LABEL_SERVICE_NAMESPACE).map(String::as_str) == Some(ns)
+        && l.get(known::OBJECT_CREATED_BY_LABEL).map(String::as_str)
+            == Some(known::CLUSTERNET_AGENT_NAME)
+        && l.get(known::CONFIG_SUBSCRIPTION_NAMESPACE_LABEL)
+            .map(String::as_str)
+            == Some(si_ns)
+}
+
+/// Whether `s` is one of `si`'s imported copies.
+fn is_copy(s: &EndpointSlice, name: &str, ns: &str, si_ns: &str) -> bool {
+    let l = s.labels();
+    s.namespace().as_deref() == Some(si_ns)
+        && l.get(known::LABEL_SERVICE_NAME).map(String::as_str) == Some(name)
+        && l.get(known::LABEL_SERVICE_NAMESPACE).map(String::as_str) == Some(ns)
+        && !l.contains_key(known::OBJECT_CREATED_BY_LABEL)
+}
+
+/// The import's copy of exported slice `source` (agent.md §5.2 step 3).
+pub fn imported_slice(source: &EndpointSlice, si_ns: &str) -> Value {
+    let mut labels = source.labels().clone();
+    labels.remove(known::OBJECT_CREATED_BY_LABEL);
+    json!({
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": format!("{}-{}", source.namespace().unwrap_or_default(), source.name_any()),
+            "namespace": si_ns,
+            "labels": labels,
+        },
+        "addressType": source.address_type,
+        "endpoints": source.endpoints,
+        "ports": source.ports,
+    })
+}
+
+fn same_copy(current: &EndpointSlice, body: &Value) -> bool {
+    let wanted: BTreeMap<String, String> =
+        serde_json::from_value(body["metadata"]["labels"].clone()).unwrap_or_default();
+    current.labels() == &wanted
+        && json!(current.address_type) == body["addressType"]
+        && json!(current.endpoints) == body["endpoints"]
+        && json!(current.ports) == body["ports"]
+}
+
+/// The Manifests already published for imports: those of the reserved namespace labelled with
+/// an exported service.
+pub struct Published<'a> {
+    pub reserved_ns: &'a str,
+    pub manifests: &'a [Arc<Manifest>],
+}
+
+/// The Manifest that publishes `object` (an apply body of the derived Service or an imported
+/// slice) as a feed, named and labelled as the shadow API would (hub.md §3.2).
+pub fn manifest_for(object: &Value, plural: &str, reserved_ns: &str) -> Value {
+    let (group, version) =
+        super::feeds::group_version(object["apiVersion"].as_str().unwrap_or_default());
+    let name = object["metadata"]["name"].as_str().unwrap_or_default();
+    let ns = object["metadata"]["namespace"].as_str().unwrap_or_default();
+    let labels: BTreeMap<String, String> =
+        serde_json::from_value(object["metadata"]["labels"].clone()).unwrap_or_default();
+    let labels = naming::manifest_labels(
+        &labels,
+        group,
+        version,
+        object["kind"].as_str().unwrap_or_default(),
+        name,
+        ns,
+    );
+    naming::build_manifest(
+        reserved_ns,
+        &naming::manifest_name(plural, Some(ns), name),
+        &labels,
+        object.clone(),
+    )
+}
+
+/// Whether Manifest `m` is one `si` published: labelled with its exported service and naming
+/// an object in its namespace.
+fn is_published_by(m: &Manifest, name: &str, ns: &str, si_ns: &str) -> bool {
+    let l = m.labels();
+    l.get(known::LABEL_SERVICE_NAME).map(String::as_str) == Some(name)
+        && l.get(known::LABEL_SERVICE_NAMESPACE).map(String::as_str) == Some(ns)
+        && l.get(known::CONFIG_NAMESPACE_LABEL).map(String::as_str) == Some(si_ns)
+        && !l.contains_key(known::OBJECT_CREATED_BY_LABEL)
+}
+
+/// What `si` needs written, from its derived Service, every exported slice in the parent
+/// (`slices`), the Manifests already `published`, and `cluster_of` (the ManagedCluster whose
+/// dedicated namespace this is).
+pub fn plan_import(
+    si: &ServiceImport,
+    derived: Option<&Service>,
+    slices: &[Arc<EndpointSlice>],
+    published: &Published<'_>,
+    cluster_of: &dyn Fn(&str) -> Option<String>,
+) -> Result<ImportPlan, String> {
+    let (name, ns) = exported_service(si)?;
+    let si_ns = si.namespace().unwrap_or_default();
+    let mut plan = ImportPlan::default();
+
+    let service = derived_service(si, &name, &ns);
+    let wanted_shape = json!({
+        "ports": service["spec"]["ports"],
+        "headless": si.spec.type_ == ServiceImportType::Headless,
+    });
+    match derived {
+        Some(svc) => {
+            let current = service_as_applied(svc);
+            let spec = svc.spec.clone().unwrap_or_default();
+            let affinity_differs = !si.spec.session_affinity.is_empty()
+                && spec.session_affinity.as_deref() != Some(si.spec.session_affinity.as_str());
+            if current["headless"] != wanted_shape["headless"] {
+                plan.recreate_service = true;
+                plan.service = Some(service.clone());
+            } else if current != wanted_shape || affinity_differs {
+                plan.service = Some(service.clone());
+            }
+        }
+        None => plan.service = Some(service.clone()),
+    }
+    if si.spec.type_ == ServiceImportType::ClusterSetIp {
+        let ingress: Vec<Value> = si.spec.ips.iter().map(|ip| json!({"ip": ip})).collect();
+        let current: Vec<Value> = derived
+            .and_then(|s| s.status.as_ref())
+            .and_then(|s| s.load_balancer.as_ref())
+            .and_then(|l| l.ingress.as_ref())
+            .map(|i| {
+                i.iter()
+                    .map(|x| json!({"ip": x.ip.clone().unwrap_or_default()}))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if current != ingress || plan.recreate_service || derived.is_none() {
+            plan.service_status = Some(json!({"loadBalancer": {"ingress": ingress}}));
+        }
+    }
+
+    let mut sources: Vec<&Arc<EndpointSlice>> = slices
+        .iter()
+        .filter(|s| is_source(s, &name, &ns, &si_ns))
+        .filter(|s| cluster_of(&s.namespace().unwrap_or_default()).is_some())
+        .collect();
+    sources.sort_by_key(|s| (s.namespace(), s.name_any()));
+    let copies: Vec<&Arc<EndpointSlice>> = slices
+        .iter()
+        .filter(|s| is_copy(s, &name, &ns, &si_ns))
+        .collect();
+    let wanted: Vec<Value> = sources.iter().map(|s| imported_slice(s, &si_ns)).collect();
+    let wanted_copies = wanted.clone();
+    plan.deletes = copies
+        .iter()
+        .map(|c| c.name_any())
+        .filter(|n| {
+            !wanted
+                .iter()
+                .any(|w| w["metadata"]["name"].as_str() == Some(n.as_str()))
+        })
+        .collect();
+    plan.upserts = wanted
+        .into_iter()
+        .filter(|w| {
+            !copies.iter().any(|c| {
+                Some(c.name_any().as_str()) == w["metadata"]["name"].as_str() && same_copy(c, w)
+            })
+        })
+        .collect();
+
+    let mut manifests = vec![manifest_for(&service, "services", published.reserved_ns)];
+    manifests.extend(
+        wanted_copies
+            .iter()
+            .map(|w| manifest_for(w, "endpointslices", published.reserved_ns)),
+    );
+    let mine: Vec<&Arc<Manifest>> = published
+        .manifests
+        .iter()
+        .filter(|m| m.namespace().as_deref() == Some(published.reserved_ns))
+        .filter(|m| is_published_by(m, &name, &ns, &si_ns))
+        .collect();
+    let stale: Vec<&&Arc<Manifest>> = mine
+        .iter()
+        .filter(|m| {
+            !manifests
+                .iter()
+                .any(|w| w["metadata"]["name"].as_str() == Some(m.name_any().as_str()))
+        })
+        .collect();
+    // a Subscription still using a stale slice keeps its Manifest (feed protection) and the
+    // consumers' copy: empty it first, so no consumer keeps routing to endpoints that are gone
+    let emptied: Vec<Value> = stale
+        .iter()
+        .filter(|m| {
+            m.spec.template["endpoints"]
+                .as_array()
+                .is_some_and(|e| !e.is_empty())
+        })
+        .map(|m| {
+            let mut body = serde_json::to_value(m.as_ref()).unwrap_or_default();
+            body["template"]["endpoints"] = json!([]);
+            json!({
+                "apiVersion": body["apiVersion"],
+                "kind": body["kind"],
+                "metadata": {"name": m.name_any(), "namespace": published.reserved_ns,
+                    "labels": body["metadata"]["labels"]},
+                "template": body["template"],
+            })
+        })
+        .collect();
+    plan.manifest_deletes = stale
+        .iter()
+        .filter(|m| m.metadata.deletion_timestamp.is_none())
+        .map(|m| m.name_any())
+        .collect();
+    plan.manifests = manifests
+        .into_iter()
+        .filter(|w| {
+            !mine.iter().any(|m| {
+                Some(m.name_any().as_str()) == w["metadata"]["name"].as_str()
+                    && m.spec.template == w["template"]
+                    && json!(m.labels()) == w["metadata"]["labels"]
+            })
+        })
+        .chain(emptied)
+        .collect();
+
+    let mut clusters: Vec<String> = sources
+        .iter()
+        .filter_map(|s| cluster_of(&s.namespace().unwrap_or_default()))
+        .collect();
+    clusters.sort();
+    clusters.dedup();
+    let status = ServiceImportStatus {
+        clusters: clusters
+            .iter()
+            .map(|c| crate::apis::mcs::ClusterStatus { cluster: c.clone() })
+            .collect(),
+    };
+    if si
+        .status
+        .as_ref()
+        .unwrap_or(&ServiceImportStatus::default())
+        != &status
+    {
+        plan.status = Some(status);
+    }
+
+    // a port of the import that no exported slice of a cluster serves reaches nothing there
+    for p in &si.spec.ports {
+        let protocol = if p.protocol.is_empty() {
+            "TCP"
+        } else {
+            p.protocol.as_str()
+        };
+        let mut missing: Vec<String> = sources
+            .iter()
+            .filter(|s| {
+                !s.ports.iter().flatten().any(|sp| {
+                    sp.name.as_deref().unwrap_or_default() == p.name
+                        && sp.protocol.as_deref().unwrap_or("TCP") == protocol
+                })
+            })
+            .filter_map(|s| cluster_of(&s.namespace().unwrap_or_default()))
+            .collect();
+        missing.sort();
+        missing.dedup();
+        if !missing.is_empty() {
+            plan.warnings.push((
+                "PortNotExported",
+                format!(
+                    "port {}/{protocol} named {:?} is not among the ports of the EndpointSlices exported from cluster(s) {}: name the import's ports as the Service in the children does",
+                    p.port,
+                    p.name,
+                    missing.join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(plan)
+}
+
+struct Ctx {
+    client: kube::Client,
+    events: Events,
+    services: Store<Service>,
+    slices: Store<EndpointSlice>,
+    manifests: Store<Manifest>,
+    clusters: Store<ManagedCluster>,
+    reserved_ns: String,
+    /// The parent refused the ClusterSet IPs as load-balancer ingress of a ClusterIP Service
+    /// (Kubernetes validates this since v1.33): not tried again by this process.
+    ingress_refused: std::sync::atomic::AtomicBool,
+}
 
 pub async fn run(rt: Runtime, stop: CancellationToken) {
     let imports = rt.cache.watch::<ServiceImport>();
     let events = Events::new(rt.client.clone(), known::CLUSTERNET_CONTROLLER_MANAGER_NAME);
-    crate::runtime::controller::run(
-        "serviceimport",
-        imports,
-        1,
-        stop,
-        move |si: Arc<ServiceImport>| {
-            let events = events.clone();
-            async move {
-                if si.metadata.deletion_timestamp.is_none() {
-                    events.warn(si.as_ref(), "NotImplemented", NOT_IMPLEMENTED);
+    if !rt.config.gate(known::MULTI_CLUSTER_SERVICE) {
+        // say so on every ServiceImport rather than ignore them in silence
+        crate::runtime::controller::run(
+            "serviceimport",
+            imports,
+            1,
+            stop,
+            move |si: Arc<ServiceImport>| {
+                let events = events.clone();
+                async move {
+                    if si.metadata.deletion_timestamp.is_none() {
+                        events.warn(si.as_ref(), "FeatureGateOff", GATE_OFF);
+                    }
+                    Ok::<_, std::convert::Infallible>(Action::await_change())
                 }
-                Ok::<_, std::convert::Infallible>(Action::await_change())
-            }
-        },
-    )
+            },
+        )
+        .await;
+        return;
+    }
+    let selector = known::LABEL_SERVICE_NAME;
+    let services = rt.cache.watch_labelled::<Service>(selector);
+    let slices = rt.cache.watch_labelled::<EndpointSlice>(selector);
+    let manifests = rt.cache.watch_labelled::<Manifest>(selector);
+    let clusters = rt.cache.watch::<ManagedCluster>();
+    for ready in [
+        services.ready_until(&stop).await,
+        slices.ready_until(&stop).await,
+        manifests.ready_until(&stop).await,
+        clusters.ready_until(&stop).await,
+    ] {
+        if !ready {
+            return;
+        }
+    }
+    let ctx = Arc::new(Ctx {
+        client: rt.client.clone(),
+        events,
+        services: services.store.clone(),
+        slices: slices.store.clone(),
+        manifests: manifests.store.clone(),
+        clusters: clusters.store.clone(),
+        reserved_ns: rt.config.reserved_namespace.clone(),
+        ingress_refused: std::sync::atomic::AtomicBool::new(false),
+    });
+    // an exported or imported slice, or a derived Service, names the imports of its Service
+    let store = imports.store.clone();
+    let by_labels = move |labels: BTreeMap<String, String>| {
+        let refs: Vec<ObjectRef<ServiceImport>> = store
+            .state()
+            .iter()
+            .filter(|si| {
+                [known::LABEL_SERVICE_NAME, known::LABEL_SERVICE_NAMESPACE]
+                    .iter()
+                    .all(|k| si.labels().get(*k).is_some() && si.labels().get(*k) == labels.get(*k))
+            })
+            .map(|si| ObjectRef::from_obj(si.as_ref()))
+            .collect();
+        futures::stream::iter(refs)
+    };
+    let slice_refs = {
+        let by_labels = by_labels.clone();
+        slices
+            .subscribe()
+            .flat_map(move |s: Arc<EndpointSlice>| by_labels(s.labels().clone()))
+    };
+    let service_refs = {
+        let by_labels = by_labels.clone();
+        services
+            .subscribe()
+            .flat_map(move |s: Arc<Service>| by_labels(s.labels().clone()))
+    };
+    let manifest_refs = manifests
+        .subscribe()
+        .flat_map(move |m: Arc<Manifest>| by_labels(m.labels().clone()));
+    let also = futures::stream::select(
+        futures::stream::select(slice_refs, service_refs),
+        manifest_refs,
+    );
+    crate::runtime::controller::run_with("serviceimport", imports, 2, stop, also, move |si| {
+        let ctx = ctx.clone();
+        async move { reconcile(&ctx, si).await }
+    })
     .await;
+}
+
+pub const GATE_OFF: &str = "feature gate MultiClusterService is off on the controller-manager: no Service or EndpointSlices are derived from this ServiceImport (start it with --feature-gates=MultiClusterService=true)";
+
+/// Upstream's ClusterSet IPs as the derived Service's load-balancer ingress. Kubernetes v1.33 and
+/// later refuse ingress on a ClusterIP Service: then the IPs stay on the ServiceImport only, the
+/// user is told once, and this process does not try again.
+async fn write_ingress(
+    ctx: &Ctx,
+    si: &ServiceImport,
+    services: &Api<Service>,
+    svc: &Service,
+    status: &Value,
+) -> kube::Result<()> {
+    use std::sync::atomic::Ordering;
+    if ctx.ingress_refused.load(Ordering::Relaxed) {
+        return Ok(());
+    }
+    match apply::write_status(services, FIELD_MANAGER, svc, status.clone()).await {
+        Ok(_) => Ok(()),
+        Err(e) if crate::runtime::api_code(&e) == Some(422) => {
+            ctx.ingress_refused.store(true, Ordering::Relaxed);
+            ctx.events.warn(
+                si,
+                "ClusterSetIPNotRecorded",
+                &format!("the parent refuses spec.ips as status.loadBalancer.ingress of the derived ClusterIP Service (Kubernetes v1.33+): the ClusterSet IPs stay on the ServiceImport only ({e})"),
+            );
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn key(si: &ServiceImport) -> String {
+    format!("{}/{}", si.namespace().unwrap_or_default(), si.name_any())
+}
+
+async fn reconcile(ctx: &Ctx, si: Arc<ServiceImport>) -> Result<Action, ImportError> {
+    let si_ns = si.namespace().unwrap_or_default();
+    let err = |what: &'static str| {
+        let import = key(&si);
+        move |source| ImportError::Api {
+            import,
+            what,
+            source,
+        }
+    };
+    let imports: Api<ServiceImport> = Api::namespaced(ctx.client.clone(), &si_ns);
+    let services: Api<Service> = Api::namespaced(ctx.client.clone(), &si_ns);
+    let slices: Api<EndpointSlice> = Api::namespaced(ctx.client.clone(), &si_ns);
+    let exported = exported_service(&si);
+    if si.metadata.deletion_timestamp.is_some() {
+        if let Ok((name, ns)) = &exported {
+            let copies = ListParams::default().labels(&format!(
+                "{}={name},{}={ns},!{}",
+                known::LABEL_SERVICE_NAME,
+                known::LABEL_SERVICE_NAMESPACE,
+                known::OBJECT_CREATED_BY_LABEL
+            ));
+            slices
+                .delete_collection(&DeleteParams::default(), &copies)
+                .await
+                .map_err(err("deleting its EndpointSlices"))?;
+            let derived = known::derived_service_name(ns, name);
+            match services.delete(&derived, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(e) if crate::runtime::api_code(&e) == Some(404) => {}
+                Err(e) => return Err(err("deleting the derived Service")(e)),
+            }
+            let published = ListParams::default().labels(&format!(
+                "{}={name},{}={ns},{}={si_ns},!{}",
+                known::LABEL_SERVICE_NAME,
+                known::LABEL_SERVICE_NAMESPACE,
+                known::CONFIG_NAMESPACE_LABEL,
+                known::OBJECT_CREATED_BY_LABEL
+            ));
+            Api::<Manifest>::namespaced(ctx.client.clone(), &ctx.reserved_ns)
+                .delete_collection(&DeleteParams::default(), &published)
+                .await
+                .map_err(err("deleting its Manifests"))?;
+        }
+        apply::release_finalizer(&imports, si.as_ref(), known::APP_FINALIZER)
+            .await
+            .map_err(err("releasing the finalizer"))?;
+        info!(serviceimport = %key(&si), "import withdrawn");
+        return Ok(Action::await_change());
+    }
+    let (name, ns) = match exported {
+        Ok(n) => n,
+        Err(message) => {
+            ctx.events
+                .warn(si.as_ref(), "InvalidServiceImport", &message);
+            return Ok(Action::await_change());
+        }
+    };
+    if !si.finalizers().iter().any(|f| f == known::APP_FINALIZER) {
+        let body = apply::body::<ServiceImport>(
+            &si.name_any(),
+            Some(&si_ns),
+            serde_json::Map::from_iter([("finalizers".into(), json!([known::APP_FINALIZER]))]),
+        );
+        apply::apply(&imports, FIELD_MANAGER, &si.name_any(), &body)
+            .await
+            .map_err(err("adding the finalizer"))?;
+    }
+    let derived_name = known::derived_service_name(&ns, &name);
+    let derived = ctx
+        .services
+        .get(&ObjectRef::<Service>::new(&derived_name).within(&si_ns));
+    let clusters = ctx.clusters.state();
+    let cluster_of = |namespace: &str| {
+        clusters
+            .iter()
+            .find(|mc| mc.namespace().as_deref() == Some(namespace))
+            .map(|mc| mc.name_any())
+    };
+    let manifests = ctx.manifests.state();
+    let published = Published {
+        reserved_ns: &ctx.reserved_ns,
+        manifests: &manifests,
+    };
+    let plan = match plan_import(
+        &si,
+        derived.as_deref(),
+        &ctx.slices.state(),
+        &published,
+        &cluster_of,
+    ) {
+        Ok(p) => p,
+        Err(message) => {
+            ctx.events
+                .warn(si.as_ref(), "InvalidServiceImport", &message);
+            return Ok(Action::await_change());
+        }
+    };
+    if plan.recreate_service {
+        match services
+            .delete(&derived_name, &DeleteParams::default())
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if crate::runtime::api_code(&e) == Some(404) => {}
+            Err(e) => return Err(err("replacing the derived Service")(e)),
+        }
+    }
+    if let Some(body) = &plan.service {
+        let written = apply::apply(&services, FIELD_MANAGER, &derived_name, body)
+            .await
+            .map_err(err("writing the derived Service"))?;
+        info!(serviceimport = %key(&si), service = %derived_name, "derived Service written");
+        if let Some(status) = &plan.service_status {
+            write_ingress(ctx, &si, &services, &written, status)
+                .await
+                .map_err(err("writing the derived Service's status"))?;
+        }
+    } else if let (Some(status), Some(svc)) = (&plan.service_status, derived.as_deref()) {
+        write_ingress(ctx, &si, &services, svc, status)
+            .await
+            .map_err(err("writing the derived Service's status"))?;
+    }
+    for body in &plan.upserts {
+        let slice = body["metadata"]["name"].as_str().unwrap_or_default();
+        apply::apply(&slices, FIELD_MANAGER, slice, body)
+            .await
+            .map_err(err("writing an EndpointSlice"))?;
+    }
+    for slice in &plan.deletes {
+        match slices.delete(slice, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(e) if crate::runtime::api_code(&e) == Some(404) => {}
+            Err(e) => return Err(err("deleting a stale EndpointSlice")(e)),
+        }
+    }
+    if !plan.upserts.is_empty() || !plan.deletes.is_empty() {
+        info!(serviceimport = %key(&si), written = plan.upserts.len(), deleted = plan.deletes.len(), "EndpointSlices imported");
+    }
+    let manifest_api: Api<Manifest> = Api::namespaced(ctx.client.clone(), &ctx.reserved_ns);
+    for body in &plan.manifests {
+        let m = body["metadata"]["name"].as_str().unwrap_or_default();
+        apply::apply(&manifest_api, FIELD_MANAGER, m, body)
+            .await
+            .map_err(err("publishing a Manifest"))?;
+    }
+    for m in &plan.manifest_deletes {
+        match manifest_api.delete(m, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(e) if crate::runtime::api_code(&e) == Some(404) => {}
+            Err(e) => return Err(err("deleting a stale Manifest")(e)),
+        }
+    }
+    if let Some(status) = &plan.status {
+        apply::write_status(
+            &imports,
+            FIELD_MANAGER,
+            si.as_ref(),
+            serde_json::to_value(status).unwrap_or_default(),
+        )
+        .await
+        .map_err(err("writing its status"))?;
+    }
+    for (reason, message) in &plan.warnings {
+        ctx.events.warn(si.as_ref(), reason, message);
+    }
+    Ok(Action::requeue(RESYNC))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn import(extra: Value) -> ServiceImport {
+        let mut v = json!({
+            "apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ServiceImport",
+            "metadata": {"name": "my-svc", "namespace": "default", "labels": {
+                "services.clusternet.io/multi-cluster-service-name": "nginx-svc",
+                "services.clusternet.io/multi-cluster-service-namespace": "baz"}},
+            "spec": {"type": "ClusterSetIP", "ips": ["42.42.42.42"],
+                "ports": [{"protocol": "TCP", "port": 80}]}
+        });
+        json_patch::merge(&mut v, &extra);
+        serde_json::from_value(v).expect("an import")
+    }
+
+    fn exported(
+        ns: &str,
+        name: &str,
+        subs_ns: Option<&str>,
+        port_name: &str,
+    ) -> Arc<EndpointSlice> {
+        let mut labels = json!({
+            "services.clusternet.io/multi-cluster-service-name": "nginx-svc",
+            "services.clusternet.io/multi-cluster-service-namespace": "baz",
+            "clusternet.io/created-by": "clusternet-agent",
+            "kubernetes.io/service-name": known::derived_service_name("baz", "nginx-svc"),
+        });
+        if let Some(s) = subs_ns {
+            labels["apps.clusternet.io/subs.namespace"] = json!(s);
+        }
+        Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                "metadata": {"name": name, "namespace": ns, "labels": labels},
+                "addressType": "IPv4",
+                "endpoints": [{"addresses": ["10.1.0.1"]}],
+                "ports": [{"name": port_name, "port": 80, "protocol": "TCP"}]
+            }))
+            .expect("a slice"),
+        )
+    }
+
+    fn none() -> Published<'static> {
+        Published {
+            reserved_ns: "clusternet-reserved",
+            manifests: &[],
+        }
+    }
+
+    fn clusters(ns: &str) -> Option<String> {
+        ns.strip_prefix("clusternet-")
+            .map(|c| format!("cluster-{c}"))
+    }
+
+    fn copy_of(body: &Value) -> Arc<EndpointSlice> {
+        Arc::new(serde_json::from_value(body.clone()).expect("a slice"))
+    }
+
+    #[test]
+    fn the_derived_service_is_upstreams() {
+        let plan = plan_import(&import(json!({})), None, &[], &none(), &clusters).expect("a plan");
+        let svc = plan.service.expect("a Service");
+        assert_eq!(
+            svc["metadata"]["name"],
+            known::derived_service_name("baz", "nginx-svc")
+        );
+        assert_eq!(svc["metadata"]["namespace"], "default");
+        assert_eq!(svc["spec"]["type"], "ClusterIP");
+        assert_eq!(
+            svc["spec"]["ports"],
+            json!([{"protocol": "TCP", "port": 80}])
+        );
+        assert!(svc["spec"].get("clusterIP").is_none());
+        assert_eq!(
+            plan.service_status,
+            Some(json!({"loadBalancer": {"ingress": [{"ip": "42.42.42.42"}]}}))
+        );
+        // a Headless import derives a headless Service, without ingress
+        let headless = import(json!({"spec": {"type": "Headless", "ips": null}}));
+        let plan = plan_import(&headless, None, &[], &none(), &clusters).expect("a plan");
+        assert_eq!(
+            plan.service.expect("a Service")["spec"]["clusterIP"],
+            "None"
+        );
+        assert_eq!(plan.service_status, None);
+    }
+
+    #[test]
+    fn an_import_without_its_labels_says_so() {
+        let si = import(json!({"metadata": {"labels": {
+            "services.clusternet.io/multi-cluster-service-namespace": null}}}));
+        let e = plan_import(&si, None, &[], &none(), &clusters).expect_err("invalid");
+        assert!(
+            e.contains("services.clusternet.io/multi-cluster-service-name"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn slices_of_every_cluster_labelled_for_this_namespace_are_imported() {
+        let si = import(json!({}));
+        let slices = vec![
+            exported("clusternet-a", "baz-s1", Some("default"), ""),
+            exported("clusternet-b", "baz-s2", Some("default"), ""),
+            // for another namespace, unlabelled, or outside a cluster's namespace: not imported
+            exported("clusternet-c", "baz-s3", Some("other"), ""),
+            exported("clusternet-c", "baz-s4", None, ""),
+            exported("kube-system", "baz-s5", Some("default"), ""),
+        ];
+        let plan = plan_import(&si, None, &slices, &none(), &clusters).expect("a plan");
+        let names: Vec<&str> = plan
+            .upserts
+            .iter()
+            .filter_map(|b| b["metadata"]["name"].as_str())
+            .collect();
+        assert_eq!(names, ["clusternet-a-baz-s1", "clusternet-b-baz-s2"]);
+        let labels = &plan.upserts[0]["metadata"]["labels"];
+        assert!(labels.get("clusternet.io/created-by").is_none());
+        assert_eq!(
+            labels["kubernetes.io/service-name"],
+            known::derived_service_name("baz", "nginx-svc")
+        );
+        assert_eq!(plan.upserts[0]["metadata"]["namespace"], "default");
+        assert_eq!(
+            plan.status.expect("a status").clusters,
+            vec![
+                crate::apis::mcs::ClusterStatus {
+                    cluster: "cluster-a".into()
+                },
+                crate::apis::mcs::ClusterStatus {
+                    cluster: "cluster-b".into()
+                },
+            ]
+        );
+        assert!(plan.warnings.is_empty(), "{:?}", plan.warnings);
+
+        // in place: nothing to write; a source gone: its copy deleted
+        let mut all = slices.clone();
+        all.extend(plan.upserts.iter().map(copy_of));
+        let svc: Service = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": known::derived_service_name("baz", "nginx-svc"),
+                "namespace": "default"},
+            "spec": {"type": "ClusterIP", "clusterIP": "10.0.0.9",
+                "ports": [{"protocol": "TCP", "port": 80, "targetPort": 80}]},
+            "status": {"loadBalancer": {"ingress": [{"ip": "42.42.42.42"}]}}
+        }))
+        .expect("a Service");
+        let mut si = si;
+        si.status = Some(ServiceImportStatus {
+            clusters: vec![
+                crate::apis::mcs::ClusterStatus {
+                    cluster: "cluster-a".into(),
+                },
+                crate::apis::mcs::ClusterStatus {
+                    cluster: "cluster-b".into(),
+                },
+            ],
+        });
+        let first = plan_import(&si, Some(&svc), &all, &none(), &clusters).expect("a plan");
+        // the derived Service and both copies are published as feeds, named as the shadow API
+        // names them
+        let names: Vec<&str> = first
+            .manifests
+            .iter()
+            .filter_map(|m| m["metadata"]["name"].as_str())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                format!(
+                    "services.default.{}",
+                    known::derived_service_name("baz", "nginx-svc")
+                )
+                .as_str(),
+                "endpointslices.default.clusternet-a-baz-s1",
+                "endpointslices.default.clusternet-b-baz-s2"
+            ]
+        );
+        assert_eq!(
+            first.manifests[0]["metadata"]["namespace"],
+            "clusternet-reserved"
+        );
+        assert_eq!(
+            first.manifests[0]["metadata"]["labels"]["apps.clusternet.io/config.kind"],
+            "Service"
+        );
+        assert!(
+            first.manifests[0]["template"]["spec"]
+                .get("clusterIP")
+                .is_none()
+        );
+        let manifests: Vec<Arc<Manifest>> = first
+            .manifests
+            .iter()
+            .map(|m| Arc::new(serde_json::from_value(m.clone()).expect("a Manifest")))
+            .collect();
+        let published = Published {
+            reserved_ns: "clusternet-reserved",
+            manifests: &manifests,
+        };
+        let plan = plan_import(&si, Some(&svc), &all, &published, &clusters).expect("a plan");
+        assert_eq!(plan, ImportPlan::default(), "nothing to write");
+        all.retain(|s| s.name_any() != "baz-s2");
+        let plan = plan_import(&si, Some(&svc), &all, &published, &clusters).expect("a plan");
+        assert_eq!(plan.deletes, vec!["clusternet-b-baz-s2".to_string()]);
+        assert_eq!(
+            plan.manifest_deletes,
+            vec!["endpointslices.default.clusternet-b-baz-s2".to_string()]
+        );
+        assert!(plan.upserts.is_empty());
+        // emptied first: a Subscription still using it holds the Manifest back
+        assert_eq!(plan.manifests.len(), 1);
+        assert_eq!(plan.manifests[0]["template"]["endpoints"], json!([]));
+        assert_eq!(plan.status.expect("a status").clusters.len(), 1);
+    }
+
+    #[test]
+    fn ports_the_clusters_do_not_export_are_reported() {
+        let si = import(json!({}));
+        let slices = vec![
+            exported("clusternet-a", "baz-s1", Some("default"), ""),
+            exported("clusternet-b", "baz-s2", Some("default"), "http"),
+        ];
+        let plan = plan_import(&si, None, &slices, &none(), &clusters).expect("a plan");
+        assert_eq!(plan.warnings.len(), 1);
+        assert_eq!(plan.warnings[0].0, "PortNotExported");
+        assert!(
+            plan.warnings[0].1.contains("cluster-b"),
+            "{}",
+            plan.warnings[0].1
+        );
+    }
+
+    #[test]
+    fn switching_to_headless_recreates_the_service() {
+        let svc: Service = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "x", "namespace": "default"},
+            "spec": {"clusterIP": "10.0.0.9", "ports": [{"protocol": "TCP", "port": 80}]}
+        }))
+        .expect("a Service");
+        let headless = import(json!({"spec": {"type": "Headless", "ips": null}}));
+        let plan = plan_import(&headless, Some(&svc), &[], &none(), &clusters).expect("a plan");
+        assert!(plan.recreate_service && plan.service.is_some());
+    }
 }

@@ -86,13 +86,14 @@ pub async fn lead(rt: &Runtime, role: Role, leadership: Leadership, token: Cance
                 spawn(|rt, t| Box::pin(crate::deployer::push::run(rt, t)));
                 // runs with the gate off too: it then releases the finalizers it added before
                 spawn(|rt, t| Box::pin(crate::pipeline::feedprotection::run(rt, t)));
-                spawn(|rt, t| Box::pin(crate::pipeline::serviceimport::run(rt, t)));
                 spawn(|rt, t| Box::pin(crate::pipeline::helmchart::run(rt, t)));
                 spawn(|rt, t| Box::pin(crate::pipeline::helmrelease::run(rt, t)));
                 spawn(|rt, t| Box::pin(crate::deployer::push::run_helm(rt, t)));
             } else {
                 warn!("feature gate Deployer is off: no distribution pipeline");
             }
+            // runs with the gate off too: it then says so on every ServiceImport
+            spawn(|rt, t| Box::pin(crate::pipeline::serviceimport::run(rt, t)));
             crate::clusters::run(rt, token).await;
             while tasks.join_next().await.is_some() {}
         }

@@ -60,6 +60,26 @@ where
     .await
 }
 
+/// Applies `status` as the status of `obj` (see [`apply_status`]); `Ok(false)` when `obj` is
+/// gone, as there is nothing left to report on.
+pub async fn write_status<K>(
+    api: &Api<K>,
+    manager: &str,
+    obj: &K,
+    status: Value,
+) -> kube::Result<bool>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let body = status_body(obj, status);
+    let name = obj.meta().name.as_deref().unwrap_or_default();
+    match apply_status(api, manager, name, &body).await {
+        Ok(_) => Ok(true),
+        Err(e) if crate::runtime::api_code(&e) == Some(404) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// The status body of `obj`: apiVersion, kind, name, namespace and `status`.
 pub fn status_body<K>(obj: &K, status: Value) -> Value
 where

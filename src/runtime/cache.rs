@@ -175,6 +175,19 @@ impl SharedCache {
         )
     }
 
+    /// The shared cache of the `K`s matching label selector `labels` in all namespaces (for kinds
+    /// of which only Clusternet's own are of interest, such as multi-cluster EndpointSlices),
+    /// started on first use.
+    pub fn watch_labelled<K>(&self, labels: &str) -> Shared<K>
+    where
+        K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+    {
+        let dt = K::DynamicType::default();
+        let key = format!("{}/{}[labels={labels}]", K::api_version(&dt), K::kind(&dt));
+        self.watch_with(key, watcher::Config::default().labels(labels))
+    }
+
     fn watch_with<K>(&self, key: String, config: watcher::Config) -> Shared<K>
     where
         K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,

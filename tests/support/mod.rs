@@ -421,6 +421,7 @@ impl TestEnv {
                 "{bin} --role=controller,scheduler --kubeconfig={kc} --health-bind-address=127.0.0.1:0 \
                  --leader-elect-lease-duration=4s --leader-elect-renew-deadline=3s --leader-elect-retry-period=500ms \
                  --cluster-failover-grace=2s --cluster-failback-stable=20s --helm-binary={helm} \
+                 --feature-gates=MultiClusterService=true \
                  >{log} 2>&1 & pid=$!; while kill -0 {owner} 2>/dev/null && kill -0 $pid 2>/dev/null; do sleep 0.5; done; kill $pid 2>/dev/null",
                 bin = env!("CARGO_BIN_EXE_clusternet"),
                 kc = self.parent_kubeconfig().display(),
@@ -472,6 +473,46 @@ pub fn agent_args(
     ];
     args.extend(extra.iter().map(|s| s.to_string()));
     args
+}
+
+/// Installs the bundled mcs-api CRDs (crds/mcs, as deploy/overlays/child does) into child `i`
+/// and waits until they are served.
+pub fn install_mcs_crds(env: &TestEnv, i: usize) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("crds/mcs");
+    let kubectl = |args: &[&str]| {
+        Command::new(env.bin("kubectl"))
+            .arg("--kubeconfig")
+            .arg(env.child_kubeconfig(i))
+            .args(args)
+            .output()
+            .map(|o| {
+                (
+                    o.status.success(),
+                    String::from_utf8_lossy(&o.stderr).into_owned(),
+                )
+            })
+            .unwrap_or_else(|e| (false, e.to_string()))
+    };
+    let (ok, err) = kubectl(&[
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "-k",
+        &dir.display().to_string(),
+    ]);
+    assert!(ok, "installing the mcs CRDs into child {i}: {err}");
+    for crd in [
+        "serviceexports.multicluster.x-k8s.io",
+        "serviceimports.multicluster.x-k8s.io",
+    ] {
+        let (ok, err) = kubectl(&[
+            "wait",
+            "--for=condition=Established",
+            &format!("crd/{crd}"),
+            "--timeout=60s",
+        ]);
+        assert!(ok, "CRD {crd} not established in child {i}: {err}");
+    }
 }
 
 /// Creates a namespace the product expects to exist (left in place: other tests share it).
@@ -1443,6 +1484,51 @@ impl OciRegistry {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+}
+
+/// Waits until child `i` has release `name` in `ns` at `revision`, deployed (of `chart`, a
+/// `name-version`, when given).
+pub async fn wait_released(
+    env: &TestEnv,
+    i: usize,
+    ns: &str,
+    name: &str,
+    revision: i64,
+    chart: Option<&str>,
+) {
+    wait_for(
+        &format!("release {ns}/{name} revision {revision} deployed in child {i}"),
+        Duration::from_secs(90),
+        || async {
+            let list = helm_list(env, i, ns);
+            match list.iter().find(|r| r.0 == name) {
+                Some(r)
+                    if r.1 == revision && r.2 == "deployed" && chart.is_none_or(|c| r.3 == c) =>
+                {
+                    Ok(())
+                }
+                _ => Err(format!("{list:?}")),
+            }
+        },
+    )
+    .await;
+}
+
+/// Waits until child `i` has no Helm release left in `ns`.
+pub async fn wait_no_releases(env: &TestEnv, i: usize, ns: &str) {
+    wait_for(
+        &format!("no release left in child {i} {ns}"),
+        Duration::from_secs(90),
+        || async {
+            let list = helm_list(env, i, ns);
+            if list.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{list:?}"))
+            }
+        },
+    )
+    .await;
 }
 
 /// `helm list -a -o json -n <ns>` in child `i`, with the real helm and private Helm homes:
