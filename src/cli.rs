@@ -251,6 +251,11 @@ pub struct RunFlags {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub helm_binary: Option<String>,
+    /// Controller: kubeconfig of a Cluster API management cluster; its provisioned Clusters get
+    /// the agent bundle (ConfigMaps and a ClusterResourceSet). Empty: no Cluster API discovery
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster_api_kubeconfig: Option<String>,
     /// Agent (Pull) and controller (Push): field managers whose take-over of a field is left to
     /// them, comma-separated (default: the autoscalers and kube-controller-manager)
     #[arg(long, value_delimiter = ',')]

@@ -162,6 +162,8 @@ pub struct Config {
     /// The deploying side: the helm v3 executable HelmReleases are installed with (a path, or a
     /// name looked up in PATH).
     pub helm_binary: String,
+    /// Controller: kubeconfig of a Cluster API management cluster (empty: no discovery).
+    pub cluster_api_kubeconfig: String,
     /// The deploying side (agent in Pull, controller in Push): how often every applied object is
     /// compared with its desired state even when its watch said nothing (a safety net: drift is
     /// seen through watches at once). A comparison writes nothing unless something drifted.
@@ -230,6 +232,7 @@ impl Default for Config {
             cluster_failback_stable: Duration::from_secs(300),
             failback_max_surge: "25%".into(),
             helm_binary: "helm".into(),
+            cluster_api_kubeconfig: String::new(),
             failover_eviction_rate: 0.1,
             retain_managers: crate::deployer::drift::DEFAULT_RETAIN_MANAGERS
                 .iter()

@@ -695,15 +695,6 @@ fn kubectl_apply(env: &TestEnv, yaml: &str) {
     );
 }
 
-fn scenario(path: &str) -> String {
-    std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/scenarios")
-            .join(path),
-    )
-    .expect("an upstream example")
-}
-
 /// Upstream's replication-scheduling example with its Helm chart (HelmChart, Subscription,
 /// Localization and Globalization as upstream writes them; only the repository URL, the cluster
 /// ID and the cluster namespace are filled in, as its comments ask), then its OCI example: the
@@ -746,7 +737,7 @@ async fn upstreams_helm_examples_apply_unchanged_apart_from_the_repository() {
     let objects: Vec<Value> = ["nginx-deployment.yaml", "nginx-svc.yaml"]
         .iter()
         .flat_map(|f| {
-            clusternet::kube_ext::yaml::from_str_documents::<Value>(&scenario(&format!(
+            clusternet::kube_ext::yaml::from_str_documents::<Value>(&support::scenario(&format!(
                 "replication-scheduling/{f}"
             )))
             .expect("YAML")
@@ -772,7 +763,10 @@ async fn upstreams_helm_examples_apply_unchanged_apart_from_the_repository() {
         "globalization.yaml",
         "subscription.yaml",
     ] {
-        kubectl_apply(env, &fill(scenario(&format!("replication-scheduling/{f}"))));
+        kubectl_apply(
+            env,
+            &fill(support::scenario(&format!("replication-scheduling/{f}"))),
+        );
     }
     // the Localization's chart version (9.1.8, priority over the Globalization's 9.1.0) and values
     released(env, 3, "abc", "mysql", 1, "mysql-9.1.8").await;
@@ -819,7 +813,7 @@ async fn upstreams_helm_examples_apply_unchanged_apart_from_the_repository() {
             .unwrap_or(false);
         assert!(ok, "kubectl {args:?}");
     }
-    kubectl_apply(env, &fill(scenario("oci/oci-chart-mysql.yaml")));
+    kubectl_apply(env, &fill(support::scenario("oci/oci-chart-mysql.yaml")));
     released(env, 3, "abc", "mysql", 2, "mysql-9.2.0").await;
     delete_and_wait_clean_named(env, &subs, "app-demo", &[3], &["abc".to_string()]).await;
     let _ = Api::<HelmChart>::namespaced(parent.clone(), "default")

@@ -239,3 +239,147 @@ async fn dynamic_dividing_follows_the_childrens_free_capacity() {
         .delete(&m.name_any(), &DeleteParams::default())
         .await;
 }
+
+fn yaml_docs(text: &str) -> Vec<Value> {
+    serde_yaml::Deserializer::from_str(text)
+        .filter_map(|d| serde::Deserialize::deserialize(d).ok())
+        .filter(|v: &Value| !v.is_null())
+        .collect()
+}
+
+/// Labels (or unlabels, `value` None) the first `count` nodes of a child, as NFD's master would.
+async fn label_nodes(child: &kube::Client, key: &str, value: Option<&str>, count: usize) {
+    use k8s_openapi::api::core::v1::Node;
+    let nodes = Api::<Node>::all(child.clone());
+    let mut names: Vec<String> = nodes
+        .list(&Default::default())
+        .await
+        .expect("listing nodes")
+        .items
+        .iter()
+        .map(|n| n.name_any())
+        .collect();
+    names.sort();
+    assert!(names.len() >= count, "the child has {} nodes", names.len());
+    for n in names.iter().take(count) {
+        nodes
+            .patch(
+                n,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {key: value}}})),
+            )
+            .await
+            .expect("labelling a node");
+    }
+}
+
+/// Upstream's examples/scheduling-with-nfd day1 on real clusters: a `node.clusternet.io/` label
+/// NFD put on every node of child1 is aggregated onto its ManagedCluster and the example's
+/// Subscription lands only there; child2, with the label on one node of two (under the 0.8
+/// threshold), gets neither; once child1's nodes lose it, so does its ManagedCluster and the
+/// binding.
+#[tokio::test]
+async fn node_feature_labels_on_most_nodes_select_the_cluster() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let env = TestEnv::get();
+    env.with_controller();
+    let parent = env.parent().await;
+    let id = uid();
+    // the key is the example's, made unique: the children's nodes are shared with other tests
+    let key = format!("node.clusternet.io/sample-key-{id}");
+    let clusters = register(env, &id, &[1, 2], "Pull", &[]).await;
+    let (child1, child2) = (&clusters[0].child, &clusters[1].child);
+    label_nodes(child1, &key, Some("sample-value"), 2).await;
+    label_nodes(child2, &key, Some("sample-value"), 1).await;
+    let label_of = |c: &Cluster| {
+        let api = Api::<ManagedCluster>::namespaced(parent.clone(), &c.dedicated);
+        let (name, key) = (c.name.clone(), key.clone());
+        async move {
+            api.get(&name)
+                .await
+                .map(|mc| mc.labels().get(&key).cloned())
+                .map_err(|e| e.to_string())
+        }
+    };
+    wait_for(
+        "the label aggregated onto child1's ManagedCluster",
+        Duration::from_secs(40),
+        || async {
+            match label_of(&clusters[0]).await? {
+                Some(v) if v == "sample-value" => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+
+    let app_ns = format!("nfd-app-{id}");
+    let objects: Vec<Value> = yaml_docs(
+        &support::scenario("scheduling-with-nfd/day1/nginx-deployment.yaml")
+            .replace("nfd-app-ns", &app_ns),
+    );
+    support::create_manifests(&parent, &objects).await;
+    let ns = TestNamespace::create(&parent, &env.parent_kubeconfig(), "nfd").await;
+    let mut sub = yaml_docs(
+        &support::scenario("scheduling-with-nfd/day1/subscription.yaml")
+            .replace("node.clusternet.io/sample-key", &key)
+            .replace("nfd-app-ns", &app_ns),
+    )
+    .remove(0);
+    sub["metadata"]["namespace"] = json!(ns.name);
+    // only this test's clusters: others in the same children see the same nodes
+    sub["spec"]["subscribers"][0]["clusterAffinity"]["matchLabels"]["e2e"] = json!(id);
+    let sub: Subscription = serde_json::from_value(sub).expect("the example's Subscription");
+    let api: Api<Subscription> = Api::namespaced(parent.clone(), &ns.name);
+    api.create(&PostParams::default(), &sub)
+        .await
+        .expect("creating the Subscription");
+    let name = sub.name_any();
+    wait_binding(&api, &name, &clusters, &[clusters[0].name.as_str()]).await;
+    wait_for(
+        "the example's Deployment in child1",
+        Duration::from_secs(60),
+        || async {
+            Api::<Deployment>::namespaced(child1.clone(), &app_ns)
+                .get_opt("my-nginx-nfd")
+                .await
+                .map_err(|e| e.to_string())?
+                .map(|_| ())
+                .ok_or("not yet".to_string())
+        },
+    )
+    .await;
+    // child2 heartbeated since, and still carries no label (1 node of 2 is under 0.8)
+    assert_eq!(
+        label_of(&clusters[1]).await.expect("child2's cluster"),
+        None
+    );
+    assert!(
+        Api::<Deployment>::namespaced(child2.clone(), &app_ns)
+            .get_opt("my-nginx-nfd")
+            .await
+            .expect("reading child2")
+            .is_none(),
+        "child2 must get nothing"
+    );
+
+    // NFD takes the label off one of child1's nodes: the cluster no longer matches
+    label_nodes(child1, &key, None, 1).await;
+    wait_for(
+        "the label gone from child1's ManagedCluster",
+        Duration::from_secs(40),
+        || async {
+            match label_of(&clusters[0]).await? {
+                None => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    wait_binding(&api, &name, &clusters, &[]).await;
+    api.delete(&name, &DeleteParams::default())
+        .await
+        .expect("deleting the Subscription");
+    label_nodes(child1, &key, None, 2).await;
+    label_nodes(child2, &key, None, 1).await;
+}

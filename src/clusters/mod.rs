@@ -1,7 +1,9 @@
 //! The parent side of cluster registration and lifecycle (controller role): the registration
-//! approver and the cluster-lifecycle controller (heartbeat loss, taints, deregistration).
+//! approver, the cluster-lifecycle controller (heartbeat loss, taints, deregistration) and the
+//! Cluster API discovery.
 
 pub mod approver;
+pub mod discovery;
 pub mod lifecycle;
 
 use tokio_util::sync::CancellationToken;
@@ -12,6 +14,7 @@ use crate::runtime::Runtime;
 pub async fn run(rt: &Runtime, stop: CancellationToken) {
     tokio::join!(
         approver::run(rt.clone(), stop.clone()),
-        lifecycle::run(rt.clone(), stop.clone())
+        lifecycle::run(rt.clone(), stop.clone()),
+        discovery::run(rt.clone(), stop.clone())
     );
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds (once) and caches the real Kubernetes binaries the tests, the demo and CI run against:
 # kube-apiserver, kube-controller-manager, kube-scheduler, kubectl (k8s.io/kubernetes), etcd, kwok, helm and
-# the CNCF distribution registry (an OCI registry for the Helm tests), all from the Go module proxy. Nothing here is ever committed; the cache lives outside the work tree,
+# the CNCF distribution registry (an OCI registry for the Helm tests), all from the Go module proxy, and
+# Cluster API's CRDs (downloaded with the sigs.k8s.io/cluster-api module, for the discovery test). Nothing here is ever committed; the cache lives outside the work tree,
 # keyed by version, and a warm run only checks the version stamps.
 #
 # Why a wrapper module: k8s.io/kubernetes and etcd's server module carry replace directives, which
@@ -14,6 +15,7 @@ ETCD_VERSION=${ETCD_VERSION:-3.6.13}
 KWOK_VERSION=${KWOK_VERSION:-0.8.0}
 HELM_VERSION=${HELM_VERSION:-3.21.4}
 REGISTRY_VERSION=${REGISTRY_VERSION:-3.0.0}
+CAPI_VERSION=${CAPI_VERSION:-1.11.0}
 CACHE=${CLUSTERNET_CACHE:-$HOME/.cache/clusternet}
 OUT=${CLUSTERNET_K8S_BIN:-$CACHE/k8s-v$KUBE_VERSION}
 BUILD=$CACHE/build
@@ -55,6 +57,19 @@ build_etcd() {
   [ -f go.mod ] || go mod init localbuild/etcd >/dev/null 2>&1
   go get -tool "go.etcd.io/etcd/server/v3@v$ETCD_VERSION"
   go build -trimpath -ldflags "-s -w" -o "$OUT/etcd" go.etcd.io/etcd/server/v3
+}
+
+# the Cluster API CRDs the Cluster API discovery tests install (Cluster and ClusterResourceSet),
+# from the sigs.k8s.io/cluster-api module: only downloaded, nothing is built
+fetch_capi_crds() {
+  local dir
+  dir=$(cd "$BUILD" && go mod download -json "sigs.k8s.io/cluster-api@v$CAPI_VERSION" \
+        | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [ -n "$dir" ] || { log "cannot download sigs.k8s.io/cluster-api@v$CAPI_VERSION"; return 1; }
+  mkdir -p "$OUT/capi-crds"
+  cp "$dir/config/crd/bases/cluster.x-k8s.io_clusters.yaml" \
+     "$dir/config/crd/bases/addons.cluster.x-k8s.io_clusterresourcesets.yaml" "$OUT/capi-crds/"
+  echo "v$CAPI_VERSION" > "$OUT/capi-crds/VERSION"
 }
 
 build_kwok() {
@@ -106,4 +121,9 @@ BUILDER=kwok step kwok "$KWOK_VERSION" --version
 [ -s "$OUT/kwok-stages.yaml" ] || (build_kwok)
 BUILDER=helm step helm "v$HELM_VERSION" version --short
 BUILDER=registry step registry "v$REGISTRY_VERSION" --version
+if [ "$(cat "$OUT/capi-crds/VERSION" 2>/dev/null)" = "v$CAPI_VERSION" ]; then
+  log "Cluster API CRDs ok (v$CAPI_VERSION)"
+else
+  log "fetching the Cluster API CRDs (v$CAPI_VERSION)..."; fetch_capi_crds || { log "FAILED to fetch the Cluster API CRDs"; exit 1; }
+fi
 echo "$OUT"

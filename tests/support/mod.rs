@@ -352,10 +352,17 @@ impl TestEnv {
     /// Installs the Clusternet CRDs into the parent (idempotent) and starts, once per test binary,
     /// the controller role against it. The controller is stopped when the test binary exits.
     pub fn with_controller(&self) -> &'static ControllerHandle {
+        self.with_controller_args(&[])
+    }
+
+    /// [`TestEnv::with_controller`] with extra controller flags: the first call in a test binary
+    /// decides them, so a binary whose tests need a flag (`--cluster-api-kubeconfig`) passes the
+    /// same everywhere.
+    pub fn with_controller_args(&self, extra: &[&str]) -> &'static ControllerHandle {
         static CONTROLLER: OnceLock<ControllerHandle> = OnceLock::new();
         CONTROLLER.get_or_init(|| {
             self.install_crds();
-            self.start_controller()
+            self.start_controller(extra)
         })
     }
 
@@ -409,7 +416,7 @@ impl TestEnv {
         });
     }
 
-    fn start_controller(&self) -> ControllerHandle {
+    fn start_controller(&self, extra: &[&str]) -> ControllerHandle {
         {
             // One controller per test binary: two leaders-in-waiting would be fine, but two
             // approvers with separate Leases would race. A watchdog ends it with the test binary.
@@ -421,12 +428,13 @@ impl TestEnv {
                 "{bin} --role=controller,scheduler --kubeconfig={kc} --health-bind-address=127.0.0.1:0 \
                  --leader-elect-lease-duration=4s --leader-elect-renew-deadline=3s --leader-elect-retry-period=500ms \
                  --cluster-failover-grace=2s --cluster-failback-stable=20s --helm-binary={helm} \
-                 --feature-gates=MultiClusterService=true \
+                 --feature-gates=MultiClusterService=true {extra} \
                  >{log} 2>&1 & pid=$!; while kill -0 {owner} 2>/dev/null && kill -0 $pid 2>/dev/null; do sleep 0.5; done; kill $pid 2>/dev/null",
                 bin = env!("CARGO_BIN_EXE_clusternet"),
                 kc = self.parent_kubeconfig().display(),
                 log = log.display(),
                 helm = self.bin("helm").display(),
+                extra = extra.join(" "),
                 owner = std::process::id(),
             );
             let child = Command::new("bash")
@@ -473,6 +481,46 @@ pub fn agent_args(
     ];
     args.extend(extra.iter().map(|s| s.to_string()));
     args
+}
+
+/// Waits until the ManagedCluster matching label `selector` is Ready, and returns it.
+pub async fn wait_cluster_ready(
+    parent: &kube::Client,
+    selector: &str,
+    timeout: Duration,
+) -> ManagedCluster {
+    wait_for(
+        &format!("the cluster {selector} Ready"),
+        timeout,
+        || async {
+            let list = Api::<ManagedCluster>::all(parent.clone())
+                .list(&ListParams::default().labels(selector))
+                .await
+                .map_err(|e| e.to_string())?;
+            let mc = list.items.into_iter().next().ok_or("no ManagedCluster")?;
+            let ready = mc
+                .status
+                .as_ref()
+                .and_then(|s| s.condition("Ready"))
+                .is_some_and(|c| c.status == "True");
+            if ready {
+                Ok(mc)
+            } else {
+                Err("not Ready".to_string())
+            }
+        },
+    )
+    .await
+}
+
+/// An upstream example kept under tests/scenarios.
+pub fn scenario(path: &str) -> String {
+    std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/scenarios")
+            .join(path),
+    )
+    .expect("an upstream example")
 }
 
 /// Installs the bundled mcs-api CRDs (crds/mcs, as deploy/overlays/child does) into child `i`
@@ -634,29 +682,10 @@ pub async fn register_with(
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let agent = Clusternet::start(&format!("agent-e2e-{id}-{n}"), &args);
         let name = format!("e2e-{id}-{n}");
-        let mc = wait_for(
-            &format!("cluster {name} Ready"),
+        let mc = wait_cluster_ready(
+            &parent,
+            &format!("clusters.clusternet.io/cluster-name={name}"),
             Duration::from_secs(30),
-            || async {
-                let list = Api::<ManagedCluster>::all(parent.clone())
-                    .list(
-                        &ListParams::default()
-                            .labels(&format!("clusters.clusternet.io/cluster-name={name}")),
-                    )
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let mc = list.items.into_iter().next().ok_or("no ManagedCluster")?;
-                let ready = mc
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.condition("Ready"))
-                    .is_some_and(|c| c.status == "True");
-                if ready {
-                    Ok(mc)
-                } else {
-                    Err("not Ready".to_string())
-                }
-            },
         )
         .await;
         if mode != "Pull" {
