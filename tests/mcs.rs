@@ -286,6 +286,55 @@ async fn exported_services_are_imported_merged_distributed_and_withdrawn() {
     )
     .await;
 
+    // an import port no export serves: a Warning on the import, Conflict on the exports
+    let ports = |ports: Value| {
+        let imports = imports.clone();
+        async move {
+            imports
+                .patch(
+                    "my-svc",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"ports": ports}})),
+                )
+                .await
+                .expect("changing the import's ports");
+        }
+    };
+    let conflict_of = |c: &support::Cluster| {
+        let api = Api::<ServiceExport>::namespaced(c.child.clone(), &app_ns);
+        async move {
+            let e = api.get(svc).await.map_err(|e| e.to_string())?;
+            e.status
+                .and_then(|s| s.conditions.into_iter().find(|c| c.type_ == "Conflict"))
+                .map(|c| (c.status, c.message))
+                .ok_or("no Conflict condition".to_string())
+        }
+    };
+    ports(json!([{"name": "web", "protocol": "TCP", "port": 80}])).await;
+    wait_for(
+        "Conflict on child1's export",
+        Duration::from_secs(30),
+        || async {
+            match conflict_of(&clusters[0]).await? {
+                (s, m) if s == "True" && m.contains("\"web\"") => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    ports(json!([{"protocol": "TCP", "port": 80}])).await;
+    wait_for(
+        "no Conflict once the ports agree",
+        Duration::from_secs(30),
+        || async {
+            match conflict_of(&clusters[0]).await? {
+                (s, _) if s == "False" => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+
     // an ordinary Subscription takes the derived Service and the slices to the consumer: the
     // import publishes them as Manifests, as the shadow API would have
     let namespace_manifest = json!({"apiVersion": "v1", "kind": "Namespace",

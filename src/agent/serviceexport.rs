@@ -18,6 +18,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams};
+use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::{Value, json};
@@ -33,6 +34,8 @@ use crate::runtime::apply;
 pub const FIELD_MANAGER: &str = "clusternet/agent/serviceexport";
 /// mcs-api's condition: the export's Service can be exported.
 pub const CONDITION_VALID: &str = "Valid";
+/// mcs-api's condition: the export conflicts with how the service is imported.
+pub const CONDITION_CONFLICT: &str = "Conflict";
 /// Copies are compared and repaired this often even when nothing in the child changed (someone
 /// deleted one in the parent).
 const RESYNC: Duration = Duration::from_secs(300);
@@ -64,6 +67,8 @@ pub struct ExportPlan {
     pub deletes: Vec<String>,
     /// The export's `Valid` condition.
     pub valid: Condition,
+    /// The export's `Conflict` condition.
+    pub conflict: Condition,
 }
 
 /// The parent's copy of child slice `slice` of `export` (agent.md §5.1).
@@ -183,24 +188,7 @@ pub fn valid_condition(
             ),
         ),
     };
-    let previous = export
-        .status
-        .as_ref()
-        .map(|s| s.conditions.as_slice())
-        .unwrap_or_default();
-    let since = previous
-        .iter()
-        .find(|c| c.type_ == CONDITION_VALID && c.status == status)
-        .map(|c| c.last_transition_time.clone())
-        .unwrap_or(Time(now));
-    Condition {
-        type_: CONDITION_VALID.to_string(),
-        status: status.to_string(),
-        reason: reason.to_string(),
-        message,
-        last_transition_time: since,
-        observed_generation: export.metadata.generation,
-    }
+    condition(export, CONDITION_VALID, status, reason, message, now)
 }
 
 /// What `export` needs written: copies of `sources` (the child's slices of its Service) that
@@ -238,6 +226,62 @@ pub fn plan_export(
         upserts,
         deletes,
         valid: valid_condition(export, service, sources, parent_ns, now),
+        conflict: conflict_condition(export, exported, now),
+    }
+}
+
+/// The export's `Conflict` condition, from what the parent's ServiceImport controller wrote on
+/// the copies (annotation [`crate::pipeline::serviceimport::CONFLICT_ANNOTATION`]).
+pub fn conflict_condition(
+    export: &ServiceExport,
+    exported: &[EndpointSlice],
+    now: Timestamp,
+) -> Condition {
+    let mut messages: Vec<&str> = exported
+        .iter()
+        .filter_map(|e| {
+            e.annotations()
+                .get(crate::pipeline::serviceimport::CONFLICT_ANNOTATION)
+                .map(String::as_str)
+        })
+        .collect();
+    messages.sort();
+    messages.dedup();
+    let (status, reason, message) = if messages.is_empty() {
+        (
+            "False",
+            "NoConflict",
+            "no ServiceImport in the parent reports a conflict with this export".to_string(),
+        )
+    } else {
+        ("True", "PortConflict", messages.join("; "))
+    };
+    condition(export, CONDITION_CONFLICT, status, reason, message, now)
+}
+
+/// A condition of `export`, keeping its transition time while the status stays.
+fn condition(
+    export: &ServiceExport,
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: String,
+    now: Timestamp,
+) -> Condition {
+    let since = export
+        .status
+        .iter()
+        .flat_map(|s| s.conditions.iter())
+        .find(|c| c.type_ == type_ && c.status == status)
+        .map(|c| c.last_transition_time.clone())
+        .unwrap_or(Time(now));
+    Condition {
+        type_: type_.to_string(),
+        status: status.to_string(),
+        reason: reason.to_string(),
+        message,
+        last_transition_time: since,
+        observed_generation: export.metadata.generation,
     }
 }
 
@@ -300,7 +344,25 @@ pub async fn run(rt: &Runtime, reg: &Registration, stop: CancellationToken) {
         .filter_map(|s: Arc<Service>| async move {
             Some(ObjectRef::<ServiceExport>::new(&s.name_any()).within(&s.namespace()?))
         });
-    let also = futures::stream::select(by_slice, by_service);
+    // the parent's ServiceImport controller marks conflicts on the copies
+    let copies: Api<EndpointSlice> = Api::namespaced(reg.parent.clone(), &reg.namespace);
+    let by_copy = kube::runtime::watcher(
+        copies,
+        kube::runtime::watcher::Config::default().labels(&format!(
+            "{}={}",
+            known::OBJECT_CREATED_BY_LABEL,
+            known::CLUSTERNET_AGENT_NAME
+        )),
+    )
+    .default_backoff()
+    .touched_objects()
+    .filter_map(|s| async move {
+        let s = s.ok()?;
+        let name = s.labels().get(known::LABEL_SERVICE_NAME)?.clone();
+        let ns = s.labels().get(known::LABEL_SERVICE_NAMESPACE)?.clone();
+        Some(ObjectRef::<ServiceExport>::new(&name).within(&ns))
+    });
+    let also = futures::stream::select(futures::stream::select(by_slice, by_service), by_copy);
     crate::runtime::controller::run_with("serviceexport", exports, 2, stop, also, move |export| {
         let ctx = ctx.clone();
         async move { reconcile(&ctx, export).await }
@@ -404,14 +466,9 @@ async fn reconcile(ctx: &Ctx, export: Arc<ServiceExport>) -> Result<Action, Expo
     if !plan.upserts.is_empty() || !plan.deletes.is_empty() {
         info!(serviceexport = %key(&export), written = plan.upserts.len(), deleted = plan.deletes.len(), "EndpointSlices exported to the parent");
     }
-    let previous = export
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == CONDITION_VALID));
-    if previous != Some(&plan.valid) {
-        let status = ServiceExportStatus {
-            conditions: vec![plan.valid],
-        };
+    let conditions = vec![plan.valid, plan.conflict];
+    if export.status.as_ref().map(|s| &s.conditions) != Some(&conditions) {
+        let status = ServiceExportStatus { conditions };
         apply::write_status(
             &exports,
             FIELD_MANAGER,
@@ -593,6 +650,28 @@ mod tests {
             1,
             "the copy is re-applied without the label"
         );
+    }
+
+    #[test]
+    fn conflicts_marked_by_the_parent_become_the_conflict_condition() {
+        let e = export(json!({"apps.clusternet.io/subs.namespace": "default"}));
+        let now = Timestamp::now();
+        let mut copy = stored(&exported_slice(&e, &slice("a", &["10.0.0.1"]), "p"));
+        let c = conflict_condition(&e, std::slice::from_ref(&copy), now);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", "NoConflict")
+        );
+        copy.metadata.annotations = Some(BTreeMap::from([(
+            crate::pipeline::serviceimport::CONFLICT_ANNOTATION.to_string(),
+            "ServiceImport default/my-svc wants port 80/TCP named \"web\"".to_string(),
+        )]));
+        let c = conflict_condition(&e, &[copy], now);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("True", "PortConflict")
+        );
+        assert!(c.message.contains("\"web\""), "{}", c.message);
     }
 
     #[test]

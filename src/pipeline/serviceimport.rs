@@ -88,6 +88,9 @@ pub struct ImportPlan {
     pub status: Option<ServiceImportStatus>,
     /// `(reason, message)` Warnings for the user.
     pub warnings: Vec<(&'static str, String)>,
+    /// Exported slices whose conflict annotation must change: `(namespace, name, message)`,
+    /// `None` to clear it. The exporting agent turns it into its ServiceExport's `Conflict`.
+    pub conflicts: Vec<(String, String, Option<String>)>,
 }
 
 /// The derived Service `si` wants (agent.md §5.2 step 1).
@@ -410,14 +413,16 @@ pub fn plan_import(
         plan.status = Some(status);
     }
 
-    // a port of the import that no exported slice of a cluster serves reaches nothing there
+    // a port of the import that no exported slice of a cluster serves reaches nothing there;
+    // the exporting clusters hear of it through their slices (mcs-api's Conflict)
+    let mut conflict_of: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
     for p in &si.spec.ports {
         let protocol = if p.protocol.is_empty() {
             "TCP"
         } else {
             p.protocol.as_str()
         };
-        let mut missing: Vec<String> = sources
+        let lacking: Vec<&&Arc<EndpointSlice>> = sources
             .iter()
             .filter(|s| {
                 !s.ports.iter().flatten().any(|sp| {
@@ -425,6 +430,31 @@ pub fn plan_import(
                         && sp.protocol.as_deref().unwrap_or("TCP") == protocol
                 })
             })
+            .collect();
+        for s in &lacking {
+            conflict_of
+                .entry((s.namespace().unwrap_or_default(), s.name_any()))
+                .or_default()
+                .push(format!(
+                    "ServiceImport {si_ns}/{} wants port {}/{protocol} named {:?}, which this export does not serve (its ports: {})",
+                    si.name_any(),
+                    p.port,
+                    p.name,
+                    s.ports
+                        .iter()
+                        .flatten()
+                        .map(|sp| format!(
+                            "{:?} {}/{}",
+                            sp.name.as_deref().unwrap_or_default(),
+                            sp.port.unwrap_or_default(),
+                            sp.protocol.as_deref().unwrap_or("TCP")
+                        ))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+        }
+        let mut missing: Vec<String> = lacking
+            .iter()
             .filter_map(|s| cluster_of(&s.namespace().unwrap_or_default()))
             .collect();
         missing.sort();
@@ -441,8 +471,19 @@ pub fn plan_import(
             ));
         }
     }
+    for s in &sources {
+        let at = (s.namespace().unwrap_or_default(), s.name_any());
+        let wanted = conflict_of.get(&at).map(|m| m.join("; "));
+        if s.annotations().get(CONFLICT_ANNOTATION) != wanted.as_ref() {
+            plan.conflicts.push((at.0, at.1, wanted));
+        }
+    }
     Ok(plan)
 }
+
+/// Annotation on an exported slice (in the cluster's dedicated namespace) saying how it conflicts
+/// with the ServiceImport that imports it; the agent reports it as the export's `Conflict`.
+pub const CONFLICT_ANNOTATION: &str = "services.clusternet.io/conflict";
 
 struct Ctx {
     client: kube::Client,
@@ -720,6 +761,20 @@ async fn reconcile(ctx: &Ctx, si: Arc<ServiceImport>) -> Result<Action, ImportEr
     if !plan.upserts.is_empty() || !plan.deletes.is_empty() {
         info!(serviceimport = %key(&si), written = plan.upserts.len(), deleted = plan.deletes.len(), "EndpointSlices imported");
     }
+    for (ns, name, message) in &plan.conflicts {
+        // only the annotation, under this manager: the agent's apply of the slice is untouched
+        let body = json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": name, "namespace": ns,
+                "annotations": message.as_ref().map(|m| json!({CONFLICT_ANNOTATION: m}))
+                    .unwrap_or_else(|| json!({}))}});
+        let api: Api<EndpointSlice> = Api::namespaced(ctx.client.clone(), ns);
+        match apply::apply(&api, FIELD_MANAGER, name, &body).await {
+            Ok(_) => {}
+            // gone meanwhile, or recreated without the fields an apply cannot invent
+            Err(e) if matches!(crate::runtime::api_code(&e), Some(404 | 422)) => {}
+            Err(e) => return Err(err("marking an exported EndpointSlice's conflict")(e)),
+        }
+    }
     let manifest_api: Api<Manifest> = Api::namespaced(ctx.client.clone(), &ctx.reserved_ns);
     for body in &plan.manifests {
         let m = body["metadata"]["name"].as_str().unwrap_or_default();
@@ -983,6 +1038,16 @@ mod tests {
             plan.warnings[0].1.contains("cluster-b"),
             "{}",
             plan.warnings[0].1
+        );
+        // the conflicting export is told through its slice
+        assert_eq!(plan.conflicts.len(), 1);
+        let (ns, name, message) = &plan.conflicts[0];
+        assert_eq!((ns.as_str(), name.as_str()), ("clusternet-b", "baz-s2"));
+        assert!(
+            message
+                .as_deref()
+                .is_some_and(|m| m.contains("\"http\" 80/TCP")),
+            "{message:?}"
         );
     }
 
