@@ -74,7 +74,7 @@ async fn wait_gone(parent: &kube::Client, clusters: &[Cluster], appns: &str, sub
 #[tokio::test]
 async fn replication_deploys_to_every_matching_child_follows_edits_and_cleans_up() {
     let env = TestEnv::get();
-    env.with_controller();
+    let controller = env.with_controller();
     let parent = env.parent().await;
     let id = uid();
     let clusters = register(env, &id, &[1, 2], "Pull", &[]).await;
@@ -132,6 +132,34 @@ async fn replication_deploys_to_every_matching_child_follows_edits_and_cleans_up
     )
     .await;
     assert_eq!(status.binding_clusters.len(), 2);
+
+    // the rollout shows in the metrics existing dashboards use: the agents' applies and API
+    // requests, the controller's view of the fleet
+    for c in &clusters {
+        let applied = format!(
+            "clusternet_description_apply_total{{cluster=\"{}\",result=\"success\"}}",
+            c.name
+        );
+        wait_for(&applied, Duration::from_secs(30), || async {
+            match c.agent.metric(&applied).await {
+                Some(v) if v >= 1.0 => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+        let requests = c
+            .agent
+            .metric("rest_client_requests_total{code=\"200\",method=\"GET\"")
+            .await;
+        assert!(requests.is_some_and(|v| v >= 1.0), "{requests:?}");
+        let age = format!("clusternet_heartbeat_age_seconds{{cluster=\"{}\"}}", c.name);
+        let seconds = controller.metric(&age).await;
+        assert!(seconds.is_some_and(|s| s < 60.0), "{age}: {seconds:?}");
+    }
+    let ready = controller
+        .metric("clusternet_clusters{state=\"Ready\"}")
+        .await;
+    assert!(ready.is_some_and(|n| n >= 2.0), "{ready:?}");
     assert!(status.binding_clusters.iter().all(|b| {
         clusters
             .iter()

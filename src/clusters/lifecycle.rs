@@ -50,6 +50,10 @@ const DEFAULT_THRESHOLD: Duration = Duration::from_secs(9 * 60);
 
 pub async fn run(rt: Runtime, stop: CancellationToken) {
     let shared = rt.cache.watch::<ManagedCluster>();
+    let store = shared.store.clone();
+    crate::runtime::telemetry::register_collector("fleet", move || {
+        fleet_metrics(&store.state(), Timestamp::now())
+    });
     let ctx = Arc::new(rt);
     crate::runtime::controller::run("clusterlifecycle", shared, 4, stop, move |mc| {
         let ctx = ctx.clone();
@@ -76,6 +80,54 @@ async fn reconcile(rt: &Runtime, mc: Arc<ManagedCluster>) -> Result<Action, Life
     })
     .await
     .map_err(|e| LifecycleError::Finalizer(e.to_string()))
+}
+
+/// `clusternet_clusters{state}` (Ready, NotReady, Unknown) and
+/// `clusternet_heartbeat_age_seconds{cluster}` (since the agent's last status report), computed
+/// from the ManagedClusters at every scrape.
+pub fn fleet_metrics(clusters: &[Arc<ManagedCluster>], now: Timestamp) -> String {
+    use crate::runtime::telemetry::label_value;
+    let mut states =
+        std::collections::BTreeMap::from([("NotReady", 0), ("Ready", 0), ("Unknown", 0)]);
+    let mut ages = String::new();
+    for mc in clusters {
+        let ready = mc
+            .status
+            .as_ref()
+            .and_then(|s| s.condition("Ready"))
+            .map(|c| c.status.as_str());
+        let state = match ready {
+            Some("True") => "Ready",
+            Some("False") => "NotReady",
+            _ => "Unknown",
+        };
+        *states.entry(state).or_default() += 1;
+        let name = mc
+            .labels()
+            .get(known::CLUSTER_NAME_LABEL)
+            .cloned()
+            .unwrap_or_else(|| mc.name_any());
+        if let Some(seen) = mc
+            .status
+            .as_ref()
+            .and_then(|s| s.last_observed_time.as_ref())
+        {
+            let age = now.duration_since(seen.0).as_secs_f64().max(0.0);
+            ages.push_str(&format!(
+                "clusternet_heartbeat_age_seconds{{cluster=\"{}\"}} {age:.3}\n",
+                label_value(&name)
+            ));
+        }
+    }
+    let mut out = String::from(
+        "# HELP clusternet_clusters ManagedClusters by the state of their Ready condition.\n# TYPE clusternet_clusters gauge\n",
+    );
+    for (state, n) in states {
+        out.push_str(&format!("clusternet_clusters{{state=\"{state}\"}} {n}\n"));
+    }
+    out.push_str("# HELP clusternet_heartbeat_age_seconds Seconds since the cluster's agent last reported its status.\n# TYPE clusternet_heartbeat_age_seconds gauge\n");
+    out.push_str(&ages);
+    out
 }
 
 /// The threshold after which a silent cluster counts as lost: three heartbeat periods.
@@ -368,6 +420,48 @@ async fn cleanup(rt: &Runtime, mc: &ManagedCluster) -> Result<Action, LifecycleE
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fleet_metrics_count_states_and_heartbeat_ages() {
+        let mc = |name: &str, ready: Option<&str>, seen: Option<&str>| -> Arc<ManagedCluster> {
+            let mut status = json!({});
+            if let Some(r) = ready {
+                status["conditions"] = json!([{"type": "Ready", "status": r, "reason": "x",
+                    "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]);
+            }
+            if let Some(s) = seen {
+                status["lastObservedTime"] = json!(s);
+            }
+            Arc::new(
+                serde_json::from_value(json!({
+                    "apiVersion": "clusters.clusternet.io/v1beta1", "kind": "ManagedCluster",
+                    "metadata": {"name": name, "namespace": "ns",
+                        "labels": {"clusters.clusternet.io/cluster-name": format!("{name}-\"q\"")}},
+                    "spec": {"clusterId": "00000000-0000-0000-0000-000000000000", "syncMode": "Pull"},
+                    "status": status
+                }))
+                .expect("a ManagedCluster"),
+            )
+        };
+        let now: Timestamp = "2026-01-01T00:01:00Z".parse().expect("a time");
+        let text = fleet_metrics(
+            &[
+                mc("a", Some("True"), Some("2026-01-01T00:00:30Z")),
+                mc("b", Some("False"), None),
+                mc("c", None, None),
+            ],
+            now,
+        );
+        for line in [
+            "clusternet_clusters{state=\"Ready\"} 1",
+            "clusternet_clusters{state=\"NotReady\"} 1",
+            "clusternet_clusters{state=\"Unknown\"} 1",
+            "clusternet_heartbeat_age_seconds{cluster=\"a-\\\"q\\\"\"} 30.000",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
+        }
+        assert_eq!(text.matches("clusternet_heartbeat_age_seconds{").count(), 1);
+    }
     use crate::apis::ManagedClusterStatus;
 
     fn cluster(

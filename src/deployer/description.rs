@@ -213,6 +213,18 @@ pub async fn reconcile(
         .apply(&desc, &previous.manifest_statuses, &elsewhere)
         .await;
     let next = next_look(&outcome, resync);
+    let cluster = desc
+        .labels()
+        .get(known::CLUSTER_NAME_LABEL)
+        .cloned()
+        .unwrap_or_else(|| desc.namespace().unwrap_or_default());
+    let result = if outcome.errors.is_empty() {
+        "success"
+    } else {
+        "failure"
+    };
+    metrics::counter!("clusternet_description_apply_total", "cluster" => cluster, "result" => result)
+        .increment(1);
     for (object, d) in &outcome.drifts {
         let (reason, note) = drift_note(object, d);
         warn!(description = %key(&desc), %note, "{reason}");

@@ -125,6 +125,16 @@ pub async fn start(rt: &Runtime) -> Result<(Arc<Hub>, SocketAddr), HubError> {
         shadow,
         socket_connection: cfg.gate(known::SOCKET_CONNECTION),
     });
+    {
+        // clusternet_tunnel_connected{cluster}: 1 while the cluster's agent holds a tunnel here
+        let (tunnels, clusters) = (
+            hub.tunnels.clone(),
+            rt.cache.watch::<crate::apis::ManagedCluster>().store,
+        );
+        crate::runtime::telemetry::register_collector("tunnels", move || {
+            tunnel_metrics(&clusters.state(), |id| tunnels.is_connected(id))
+        });
+    }
     // peers dial with server verification off and no client certificate, so the hub's own TLS
     // settings serve them as well
     let peer_tls = tls.clone();
@@ -140,4 +150,30 @@ pub async fn start(rt: &Runtime) -> Result<(Arc<Hub>, SocketAddr), HubError> {
         peers::start(rt, hub.tunnels.clone(), peer_tls);
     }
     Ok((hub, bound))
+}
+
+/// `clusternet_tunnel_connected{cluster}`: 1 for every ManagedCluster whose agent holds a tunnel
+/// to this hub, 0 for the others.
+pub fn tunnel_metrics(
+    clusters: &[std::sync::Arc<crate::apis::ManagedCluster>],
+    connected: impl Fn(&str) -> bool,
+) -> String {
+    use crate::runtime::telemetry::label_value;
+    let mut out = String::from(
+        "# HELP clusternet_tunnel_connected Whether the cluster's agent holds a tunnel to this hub.\n# TYPE clusternet_tunnel_connected gauge\n",
+    );
+    for mc in clusters {
+        let name = mc
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(known::CLUSTER_NAME_LABEL).cloned())
+            .unwrap_or_else(|| mc.metadata.name.clone().unwrap_or_default());
+        let up = u8::from(connected(&mc.spec.cluster_id));
+        out.push_str(&format!(
+            "clusternet_tunnel_connected{{cluster=\"{}\"}} {up}\n",
+            label_value(&name)
+        ));
+    }
+    out
 }

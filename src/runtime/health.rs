@@ -100,7 +100,9 @@ pub async fn serve(
     let render = metrics.clone();
     let metrics_route = warp::path("metrics").and(warp::path::end()).map(move || {
         super::telemetry::record_process_metrics();
-        warp::reply::with_header(render.render(), "content-type", "text/plain; version=0.0.4")
+        let mut text = render.render();
+        text.push_str(&super::telemetry::collected());
+        warp::reply::with_header(text, "content-type", "text/plain; version=0.0.4")
     });
     let routes = health.or(ready).or(metrics_route);
     let upkeep_shutdown = shutdown.clone();

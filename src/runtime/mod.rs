@@ -6,6 +6,7 @@
 pub mod apply;
 pub mod cache;
 pub mod child;
+pub mod clientmetrics;
 pub mod controller;
 pub mod events;
 pub mod health;
@@ -53,11 +54,17 @@ pub async fn client_for(config: &Config) -> Result<(kube::Client, String), Clien
         .to_string()
         .trim_end_matches('/')
         .to_string();
+    let host = kcfg
+        .cluster_url
+        .authority()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
     let client = kube::client::ClientBuilder::try_from(kcfg)?
         .with_layer(&ratelimit::RateLimitLayer::new(
             config.kube_api_qps,
             config.kube_api_burst,
         ))
+        .with_layer(&clientmetrics::RequestMetricsLayer::new(host))
         .build();
     Ok((client, url))
 }

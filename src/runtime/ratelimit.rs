@@ -65,6 +65,7 @@ impl<S> Layer<S> for RateLimitLayer {
             bucket: self.bucket.clone(),
             wait: None,
             reserved: false,
+            waiting_since: None,
         }
     }
 }
@@ -75,6 +76,7 @@ pub struct RateLimit<S> {
     bucket: Arc<TokenBucket>,
     wait: Option<Pin<Box<tokio::time::Sleep>>>,
     reserved: bool,
+    waiting_since: Option<Instant>,
 }
 
 impl<S, Req> Service<Req> for RateLimit<S>
@@ -93,8 +95,15 @@ where
                 }
                 self.wait = None;
             }
+            let since = *self.waiting_since.get_or_insert_with(Instant::now);
             match self.bucket.try_take() {
-                Ok(()) => self.reserved = true,
+                Ok(()) => {
+                    self.reserved = true;
+                    self.waiting_since = None;
+                    // client-go's name for the time a request waited for the rate limiter
+                    metrics::histogram!("rest_client_rate_limiter_duration_seconds")
+                        .record(since.elapsed().as_secs_f64());
+                }
                 Err(d) => self.wait = Some(Box::pin(tokio::time::sleep(d))),
             }
         }

@@ -26,6 +26,34 @@ pub fn init_logging(format: LogFormat, filter: &str) {
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
+type Collector = Box<dyn Fn() -> String + Send + Sync>;
+static COLLECTORS: std::sync::Mutex<std::collections::BTreeMap<&'static str, Collector>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+/// Registers (or replaces) `name`'s collector: text in Prometheus' exposition format computed
+/// at every scrape, for series whose label sets follow objects that come and go (one per
+/// cluster), which a gauge would keep after the object is gone.
+pub fn register_collector(
+    name: &'static str,
+    collect: impl Fn() -> String + Send + Sync + 'static,
+) {
+    let mut c = COLLECTORS.lock().unwrap_or_else(|p| p.into_inner());
+    c.insert(name, Box::new(collect));
+}
+
+/// What the registered collectors say now.
+pub fn collected() -> String {
+    let c = COLLECTORS.lock().unwrap_or_else(|p| p.into_inner());
+    c.values().map(|f| f()).collect()
+}
+
+/// A label value in the exposition format (backslash, quote and newline escaped).
+pub fn label_value(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
 /// The process-wide recorder (installed on first use), with explicit histogram buckets.
 pub fn metrics_handle() -> Result<PrometheusHandle, String> {
     if let Some(h) = HANDLE.get() {

@@ -417,6 +417,7 @@ impl TestEnv {
     }
 
     fn start_controller(&self, extra: &[&str]) -> ControllerHandle {
+        let health_port = free_port();
         {
             // One controller per test binary: two leaders-in-waiting would be fine, but two
             // approvers with separate Leases would race. A watchdog ends it with the test binary.
@@ -425,7 +426,7 @@ impl TestEnv {
                 .join("logs")
                 .join(format!("controller-{}.log", std::process::id()));
             let script = format!(
-                "{bin} --role=controller,scheduler --kubeconfig={kc} --health-bind-address=127.0.0.1:0 \
+                "{bin} --role=controller,scheduler --kubeconfig={kc} --health-bind-address=127.0.0.1:{health_port} \
                  --leader-elect-lease-duration=4s --leader-elect-renew-deadline=3s --leader-elect-retry-period=500ms \
                  --cluster-failover-grace=2s --cluster-failback-stable=20s --helm-binary={helm} \
                  --feature-gates=MultiClusterService=true {extra} \
@@ -435,6 +436,7 @@ impl TestEnv {
                 log = log.display(),
                 helm = self.bin("helm").display(),
                 extra = extra.join(" "),
+                health_port = health_port,
                 owner = std::process::id(),
             );
             let child = Command::new("bash")
@@ -444,6 +446,7 @@ impl TestEnv {
             ControllerHandle {
                 _watchdog: std::sync::Mutex::new(child),
                 log,
+                health_port,
             }
         }
     }
@@ -452,6 +455,18 @@ impl TestEnv {
 pub struct ControllerHandle {
     _watchdog: std::sync::Mutex<std::process::Child>,
     pub log: PathBuf,
+    health_port: u16,
+}
+
+impl ControllerHandle {
+    /// The value of a line of the controller's `/metrics` that starts with `prefix`.
+    pub async fn metric(&self, prefix: &str) -> Option<f64> {
+        let (_, body) = http_get(self.health_port, "/metrics").await.ok()?;
+        body.lines()
+            .find(|l| l.starts_with(prefix))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+    }
 }
 
 /// The arguments of an agent in child `i`, with its own Lease/system namespace so that several
