@@ -134,7 +134,8 @@ async fn reconcilers_report_controller_runtime_metrics() {
             &m,
             "controller_runtime_reconcile_total{controller=\"subscription\",result=\"success\"}",
         );
-        if done.is_some_and(|v| v >= 1.0) {
+        let added = value(&m, "workqueue_adds_total{name=\"subscription\"}");
+        if done.is_some_and(|v| v >= 1.0) && added.is_some_and(|v| v >= 1.0) {
             Ok(m)
         } else {
             Err(m)
@@ -145,6 +146,10 @@ async fn reconcilers_report_controller_runtime_metrics() {
         "controller_runtime_reconcile_time_seconds_bucket{controller=\"subscription\"",
         "controller_runtime_active_workers{controller=\"subscription\"}",
         "controller_runtime_max_concurrent_reconciles{controller=\"subscription\"} 8",
+        "workqueue_depth{name=\"subscription\"}",
+        "workqueue_queue_duration_seconds_bucket{name=\"subscription\"",
+        "workqueue_work_duration_seconds_bucket{name=\"subscription\"",
+        "rest_client_requests_total{code=\"200\",method=\"GET\"",
     ] {
         assert!(
             metrics.contains(needle),

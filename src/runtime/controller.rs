@@ -88,6 +88,49 @@ fn object_key<K: Resource>(obj: &K) -> String {
     )
 }
 
+/// A controller's workqueue series (`workqueue_*{name}`, client-go's names).
+#[derive(Clone)]
+struct Queue {
+    waiting: Arc<std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>>,
+    adds: metrics::Counter,
+    depth: metrics::Gauge,
+    latency: metrics::Histogram,
+    work: metrics::Histogram,
+    retries: metrics::Counter,
+}
+
+impl Queue {
+    fn new(name: &'static str) -> Self {
+        Queue {
+            waiting: Arc::default(),
+            adds: metrics::counter!("workqueue_adds_total", "name" => name),
+            depth: metrics::gauge!("workqueue_depth", "name" => name),
+            latency: metrics::histogram!("workqueue_queue_duration_seconds", "name" => name),
+            work: metrics::histogram!("workqueue_work_duration_seconds", "name" => name),
+            retries: metrics::counter!("workqueue_retries_total", "name" => name),
+        }
+    }
+
+    fn add(&self, key: String) {
+        self.adds.increment(1);
+        let mut w = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        w.entry(key).or_insert_with(std::time::Instant::now);
+        // one deleted between its add and its turn is never started: forgotten after an hour
+        if w.len() > 1024 {
+            w.retain(|_, since| since.elapsed() < std::time::Duration::from_secs(3600));
+        }
+        self.depth.set(w.len() as f64);
+    }
+
+    fn started(&self, key: &str) {
+        let mut w = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(since) = w.remove(key) {
+            self.latency.record(since.elapsed().as_secs_f64());
+        }
+        self.depth.set(w.len() as f64);
+    }
+}
+
 /// [`run_with`] without related kinds.
 pub async fn run<K, R, Fut, E>(
     name: &'static str,
@@ -145,7 +188,29 @@ pub async fn run_with<K, R, Fut, E, S>(
     let (tick_tx, tick_rx) = futures::channel::mpsc::unbounded::<()>();
     let _ = tick_tx.unbounded_send(());
     let on_error = backoff.clone();
-    Controller::for_shared_stream(shared.subscribe(), shared.store.clone())
+    // client-go's workqueue series: every change or related change is an add; the time from the
+    // first add of an object to its reconcile is its queue duration (kube's scheduler folds
+    // repeated adds of a queued object into one, as a workqueue does)
+    let queue = Queue::new(name);
+    let (q1, q2) = (queue.clone(), queue.clone());
+    let (s1, s2) = (shared.store.clone(), shared.store.clone());
+    // a deleted object is not reconciled: not counted as waiting
+    let changes = shared.subscribe().inspect(move |obj| {
+        if s1.get(&ObjectRef::from_obj(obj.as_ref())).is_some() {
+            q1.add(object_key(obj.as_ref()));
+        }
+    });
+    let also = also.inspect(move |r| {
+        if s2.get(r).is_some() {
+            q2.add(format!(
+                "{}/{}",
+                r.namespace.as_deref().unwrap_or_default(),
+                r.name
+            ))
+        }
+    });
+    let on_error_queue = queue.clone();
+    Controller::for_shared_stream(changes, shared.store.clone())
         .with_config(controller::Config::default().concurrency(concurrency))
         .reconcile_all_on(tick_rx)
         .reconcile_on(also)
@@ -155,15 +220,18 @@ pub async fn run_with<K, R, Fut, E, S>(
                 let reconcile = reconcile.clone();
                 let (seconds, time, active) = (seconds.clone(), time.clone(), active.clone());
                 let backoff = backoff.clone();
+                let queue = queue.clone();
                 async move {
                     let start = std::time::Instant::now();
                     let key = object_key(obj.as_ref());
+                    queue.started(&key);
                     active.increment(1.0);
                     let r = reconcile(obj).await;
                     active.decrement(1.0);
                     let elapsed = start.elapsed().as_secs_f64();
                     seconds.record(elapsed);
                     time.record(elapsed);
+                    queue.work.record(elapsed);
                     let result = match &r {
                         Ok(_) => {
                             backoff.succeeded(&key);
@@ -186,6 +254,7 @@ pub async fn run_with<K, R, Fut, E, S>(
                 }
                 metrics::counter!("clusternet_controller_reconcile_errors_total", "controller" => name, "reason" => metric_label(err)).increment(1);
                 metrics::counter!("controller_runtime_reconcile_errors_total", "controller" => name).increment(1);
+                on_error_queue.retries.increment(1);
                 Action::requeue(wait)
             },
             Arc::new(()),
