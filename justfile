@@ -6,6 +6,11 @@ set shell := ["bash", "-euo", "pipefail", "-c"]
 build:
     cargo build --release
 
+# The release archive for krew (dist/kubectl-clusternet_linux_amd64.tar.gz), its sha256 and the
+# krew manifest dist/clusternet.yaml
+dist: build
+    bash tests/env/dist.sh target/release/clusternet dist
+
 # The whole test suite: unit tests plus integration tests against real control planes
 test *ARGS:
     bash tests/env/test.sh {{ARGS}}

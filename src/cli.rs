@@ -44,6 +44,11 @@ pub enum Command {
         #[arg(long, short = 'o', default_value = "short", value_parser = ["short", "yaml", "json"])]
         output: String,
     },
+    /// Print a shell completion script: `source <(clusternet completion bash)`
+    Completion {
+        /// bash, zsh, fish, elvish or powershell
+        shell: clap_complete::Shell,
+    },
     /// Print the effective configuration (defaults < --config file < CLUSTERNET_* env < flags) as YAML
     Config {
         #[command(flatten)]

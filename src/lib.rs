@@ -71,6 +71,8 @@ fn go_arch(arch: &str, little_endian: bool) -> &str {
 
 /// The kubectl plugin's executable name (`kubectl clusternet` finds it on PATH).
 pub const PLUGIN_NAME: &str = "kubectl-clusternet";
+/// The executable kubectl runs to complete the plugin's command line (a symlink to this binary).
+pub const PLUGIN_COMPLETION_NAME: &str = "kubectl_complete-clusternet";
 
 /// The binary's whole life: parse, configure, run; every error ends as one readable line.
 pub fn main_entry() -> ExitCode {
@@ -83,6 +85,13 @@ pub fn main_entry() -> ExitCode {
         .and_then(|a| std::path::Path::new(a).file_name())
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
+    // kubectl (1.26+) completes `kubectl clusternet ...` by running `kubectl_complete-clusternet`
+    if invoked_as.starts_with(PLUGIN_COMPLETION_NAME) {
+        return emit(&plugin::complete(&args[1..]));
+    }
+    if args.get(1).is_some_and(|a| a == PLUGIN_COMPLETION_NAME) {
+        return emit(&plugin::complete(&args[2..]));
+    }
     if invoked_as.starts_with(PLUGIN_NAME) {
         return plugin::main(args.split_off(1));
     }
@@ -93,6 +102,13 @@ pub fn main_entry() -> ExitCode {
     match &cli.command {
         Some(cli::Command::Version { output }) => return emit(&version_text(output)),
         Some(cli::Command::Crds { out }) => return print_crds(out.as_deref()),
+        Some(cli::Command::Completion { shell }) => {
+            // into memory first: clap_complete panics on a write error (a closed pipe)
+            let mut script = Vec::new();
+            let mut cmd = <cli::Cli as clap::CommandFactory>::command();
+            clap_complete::generate(*shell, &mut cmd, "clusternet", &mut script);
+            return emit(&String::from_utf8_lossy(&script));
+        }
         _ => {}
     }
     let config = match config::Config::load(cli.run_flags().layers()) {

@@ -154,7 +154,11 @@ fn version_platform_uses_go_names_in_binary_and_plugin() {
 fn a_closed_pipe_ends_output_quietly() {
     use std::io::Read;
     // `clusternet crds | head -c 100`: far more YAML than a pipe holds, and the reader goes away
-    for args in [&["crds"][..], &["kubectl-clusternet", "version"][..]] {
+    for args in [
+        &["crds"][..],
+        &["kubectl-clusternet", "version"][..],
+        &["completion", "zsh"][..],
+    ] {
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_clusternet"))
             .args(args)
             .stdout(std::process::Stdio::piped())
@@ -220,4 +224,31 @@ fn the_plugin_helps_without_a_cluster() {
     let (ok, out, err) = run(&["completion", "bash"]);
     assert!(ok && out.contains("complete"), "{err}");
     let _ = std::fs::remove_dir_all(&home);
+}
+
+#[test]
+fn shells_complete_the_binary_and_the_plugin() {
+    for shell in ["bash", "zsh", "fish"] {
+        let (code, out, err) = clusternet(&["completion", shell]);
+        assert_eq!(code, 0, "{shell}: {err}");
+        assert!(
+            out.contains("clusternet") && out.contains("role") && out.contains("kubeconfig"),
+            "{shell}: {out}"
+        );
+    }
+    let (code, _, err) = clusternet(&["completion", "tcsh"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("bash"), "the valid shells are named: {err}");
+    // kubectl's plugin completion runs kubectl_complete-clusternet with the words so far
+    let (code, out, _) = clusternet(&["kubectl_complete-clusternet", "--clu"]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        out,
+        "--cluster-id\n--clusternet-as\n--clusternet-as-group\n--clusternet-as-uid\n:4\n"
+    );
+    let (_, out, _) = clusternet(&["kubectl_complete-clusternet", "--cluster-id=x", "ve"]);
+    assert_eq!(out, "version\n:4\n");
+    // a kubeconfig is a file name: the shell completes it
+    let (_, out, _) = clusternet(&["kubectl_complete-clusternet", "--child-kubeconfig", ""]);
+    assert_eq!(out, ":0\n");
 }

@@ -61,6 +61,65 @@ pub enum PluginError {
 }
 
 /// Entry point; `args` excludes the program name.
+/// The plugin's own flags, for completion.
+pub const FLAGS: &[&str] = &[
+    "--cluster-id",
+    "--child-kubeconfig",
+    "--clusternet-as",
+    "--clusternet-as-group",
+    "--clusternet-as-uid",
+];
+
+/// Candidates for the last word of `args` (the command line after `kubectl clusternet`), in
+/// Cobra's `__complete` format as kubectl's plugin completion expects: one per line, then
+/// `:<directive>` (4: no file names; 0: the shell's default, file names, for a kubeconfig).
+pub fn complete(args: &[OsString]) -> String {
+    let words: Vec<String> = args
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let last = words.last().map(String::as_str).unwrap_or_default();
+    let before = words
+        .len()
+        .checked_sub(2)
+        .and_then(|i| words.get(i))
+        .map(String::as_str);
+    if before == Some("--child-kubeconfig") {
+        return ":0\n".to_string();
+    }
+    let mut out = String::new();
+    let candidates: Vec<&str> = if last.starts_with('-') {
+        FLAGS.to_vec()
+    } else if words.iter().rev().skip(1).all(|w| w.starts_with('-')) {
+        // the verb: the plugin's own, then kubectl's usual ones
+        vec![
+            "version",
+            "get",
+            "describe",
+            "apply",
+            "create",
+            "delete",
+            "edit",
+            "patch",
+            "label",
+            "annotate",
+            "scale",
+            "explain",
+            "api-resources",
+            "logs",
+            "exec",
+        ]
+    } else {
+        Vec::new()
+    };
+    for c in candidates.iter().filter(|c| c.starts_with(last)) {
+        out.push_str(c);
+        out.push('\n');
+    }
+    out.push_str(":4\n");
+    out
+}
+
 pub fn main(args: Vec<OsString>) -> ExitCode {
     init_tracing();
     match run(&args) {

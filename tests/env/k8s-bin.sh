@@ -2,7 +2,8 @@
 # Builds (once) and caches the real Kubernetes binaries the tests, the demo and CI run against:
 # kube-apiserver, kube-controller-manager, kube-scheduler, kubectl (k8s.io/kubernetes), etcd, kwok, helm and
 # the CNCF distribution registry (an OCI registry for the Helm tests), all from the Go module proxy, and
-# Cluster API's CRDs (downloaded with the sigs.k8s.io/cluster-api module, for the discovery test). Nothing here is ever committed; the cache lives outside the work tree,
+# Cluster API's CRDs (downloaded with the sigs.k8s.io/cluster-api module, for the discovery test),
+# krew (the plugin's install test) and promtool (checks the alerting rules). Nothing here is ever committed; the cache lives outside the work tree,
 # keyed by version, and a warm run only checks the version stamps.
 #
 # Why a wrapper module: k8s.io/kubernetes and etcd's server module carry replace directives, which
@@ -16,6 +17,8 @@ KWOK_VERSION=${KWOK_VERSION:-0.8.0}
 HELM_VERSION=${HELM_VERSION:-3.21.4}
 REGISTRY_VERSION=${REGISTRY_VERSION:-3.0.0}
 CAPI_VERSION=${CAPI_VERSION:-1.11.0}
+KREW_VERSION=${KREW_VERSION:-0.4.3}
+PROMETHEUS_VERSION=${PROMETHEUS_VERSION:-0.316.0}
 CACHE=${CLUSTERNET_CACHE:-$HOME/.cache/clusternet}
 OUT=${CLUSTERNET_K8S_BIN:-$CACHE/k8s-v$KUBE_VERSION}
 BUILD=$CACHE/build
@@ -86,6 +89,18 @@ build_registry() {
     "github.com/distribution/distribution/v3/cmd/registry@v$REGISTRY_VERSION"
 }
 
+build_krew() {
+  GOBIN=$OUT go install -trimpath -ldflags "-s -w -X sigs.k8s.io/krew/internal/version.gitTag=v$KREW_VERSION" \
+    "sigs.k8s.io/krew/cmd/krew@v$KREW_VERSION"
+}
+
+# promtool checks deploy/prometheus/rules.yaml (Prometheus' Go module v0.X.Y is its release 3.X.Y)
+build_promtool() {
+  GOBIN=$OUT go install -trimpath -ldflags "-s -w" \
+    "github.com/prometheus/prometheus/cmd/promtool@v$PROMETHEUS_VERSION"
+  echo "v$PROMETHEUS_VERSION" > "$OUT/promtool.version"
+}
+
 build_helm() {
   local minor; minor=$(echo "$KUBE_VERSION" | cut -d. -f2)
   GOBIN=$OUT go install -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION \
@@ -121,6 +136,14 @@ BUILDER=kwok step kwok "$KWOK_VERSION" --version
 [ -s "$OUT/kwok-stages.yaml" ] || (build_kwok)
 BUILDER=helm step helm "v$HELM_VERSION" version --short
 BUILDER=registry step registry "v$REGISTRY_VERSION" --version
+BUILDER=krew step krew "v$KREW_VERSION" version
+if [ -x "$OUT/promtool" ] && [ "$(cat "$OUT/promtool.version" 2>/dev/null)" = "v$PROMETHEUS_VERSION" ]; then
+  log "promtool ok (v$PROMETHEUS_VERSION)"
+else
+  log "building promtool (v$PROMETHEUS_VERSION)..."; t0=$SECONDS
+  (build_promtool) || { log "FAILED to build promtool"; exit 1; }
+  log "promtool built in $((SECONDS - t0))s"
+fi
 if [ "$(cat "$OUT/capi-crds/VERSION" 2>/dev/null)" = "v$CAPI_VERSION" ]; then
   log "Cluster API CRDs ok (v$CAPI_VERSION)"
 else
