@@ -8,7 +8,7 @@ DIR=${1:-/tmp/clusternet-demo}
 say() { printf '\n==> %s\n' "$*"; }
 
 say "building clusternet (release)"
-(cd "$root" && cargo build --release --quiet)
+(cd "$root" && cargo build --release)
 BIN=$(bash "$here/k8s-bin.sh" | tail -n1)
 export PATH="$BIN:$PATH"
 

@@ -123,7 +123,16 @@ step() { # name version-check-cmd... ; builds when the check fails
   if reports "$OUT/$name" "$want" "$@"; then
     log "$name ok ($want)"; return 0; fi
   log "building $name ($want)..."; local t0=$SECONDS
-  ( "build_$BUILDER" ) || { log "FAILED to build $name"; return 1; }
+  # go prints every package it compiles (GOFLAGS=-v) into a log; a line every 30 s says how far
+  local blog=$BUILD/$name.build.log rc=0
+  ( GOFLAGS="$GOFLAGS -v" "build_$BUILDER" ) >"$blog" 2>&1 &
+  local pid=$!
+  while kill -0 "$pid" 2>/dev/null; do
+    for _ in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+    kill -0 "$pid" 2>/dev/null && log "  $name: $(grep -c . "$blog" || true) packages so far, $((SECONDS - t0))s"
+  done
+  wait "$pid" || rc=$?
+  [ "$rc" -eq 0 ] || { tail -n 20 "$blog" >&2; log "FAILED to build $name (log: $blog)"; return 1; }
   reports "$OUT/$name" "$want" "$@" || { log "$name built but does not report $want"; return 1; }
   log "$name built in $((SECONDS - t0))s"
 }
@@ -140,8 +149,14 @@ BUILDER=krew step krew "v$KREW_VERSION" version
 if [ -x "$OUT/promtool" ] && [ "$(cat "$OUT/promtool.version" 2>/dev/null)" = "v$PROMETHEUS_VERSION" ]; then
   log "promtool ok (v$PROMETHEUS_VERSION)"
 else
-  log "building promtool (v$PROMETHEUS_VERSION)..."; t0=$SECONDS
-  (build_promtool) || { log "FAILED to build promtool"; exit 1; }
+  log "building promtool (v$PROMETHEUS_VERSION, a few minutes)..."; t0=$SECONDS
+  ( GOFLAGS="$GOFLAGS -v" build_promtool ) >"$BUILD/promtool.build.log" 2>&1 &
+  pid=$!
+  while kill -0 "$pid" 2>/dev/null; do
+    for _ in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+    kill -0 "$pid" 2>/dev/null && log "  promtool: $(grep -c . "$BUILD/promtool.build.log" || true) packages so far, $((SECONDS - t0))s"
+  done
+  wait "$pid" || { tail -n 20 "$BUILD/promtool.build.log" >&2; log "FAILED to build promtool"; exit 1; }
   log "promtool built in $((SECONDS - t0))s"
 fi
 if [ "$(cat "$OUT/capi-crds/VERSION" 2>/dev/null)" = "v$CAPI_VERSION" ]; then
