@@ -453,15 +453,9 @@ async fn reconcile(ctx: &Ctx, export: Arc<ServiceExport>) -> Result<Action, Expo
             .map_err(parent_err("writing an EndpointSlice to the parent"))?;
     }
     for slice in &plan.deletes {
-        match ctx.parent.delete(slice, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(e) if crate::runtime::api_code(&e) == Some(404) => {}
-            Err(e) => {
-                return Err(parent_err("deleting a stale EndpointSlice in the parent")(
-                    e,
-                ));
-            }
-        }
+        apply::delete(&ctx.parent, slice)
+            .await
+            .map_err(parent_err("deleting a stale EndpointSlice in the parent"))?;
     }
     if !plan.upserts.is_empty() || !plan.deletes.is_empty() {
         info!(serviceexport = %key(&export), written = plan.upserts.len(), deleted = plan.deletes.len(), "EndpointSlices exported to the parent");

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use base64::Engine;
 use futures::StreamExt;
-use kube::api::{Api, DeleteParams};
+use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
@@ -21,7 +21,7 @@ use crate::apis::known;
 use crate::apis::{Description, DescriptionDeployer, HelmChart, HelmRelease};
 use crate::runtime::cache::Shared;
 use crate::runtime::events::Events;
-use crate::runtime::{Runtime, api_code, apply};
+use crate::runtime::{Runtime, apply};
 use k8s_openapi::api::core::v1::Secret;
 
 /// The field manager of the HelmReleases we write.
@@ -111,7 +111,7 @@ async fn reconcile(ctx: &Ctx, desc: Arc<Description>) -> Result<Action, HelmRele
             .iter()
             .filter(|r| r.metadata.deletion_timestamp.is_none())
         {
-            delete(&releases, &r.name_any())
+            apply::delete(&releases, &r.name_any())
                 .await
                 .map_err(fail("deleting a HelmRelease"))?;
         }
@@ -157,7 +157,7 @@ async fn reconcile(ctx: &Ctx, desc: Arc<Description>) -> Result<Action, HelmRele
         info!(description = %key, helmrelease = %name, "HelmRelease applied");
     }
     for r in existing.iter().filter(|r| !names.contains(&r.name_any())) {
-        delete(&releases, &r.name_any())
+        apply::delete(&releases, &r.name_any())
             .await
             .map_err(fail("deleting a stale HelmRelease"))?;
     }
@@ -230,14 +230,6 @@ fn same_release(current: &HelmRelease, body: &Value) -> bool {
             .all(|(k, v)| current.labels().get(k).map(String::as_str) == v.as_str())
     });
     spec == body["spec"] && labels_ok
-}
-
-async fn delete(api: &Api<HelmRelease>, name: &str) -> kube::Result<()> {
-    match api.delete(name, &DeleteParams::default()).await {
-        Ok(_) => Ok(()),
-        Err(e) if api_code(&e) == Some(404) => Ok(()),
-        Err(e) => Err(e),
-    }
 }
 
 /// The HelmRelease objects (apply bodies) `desc` wants, or why it cannot say (upstream's

@@ -649,11 +649,9 @@ async fn reconcile(ctx: &Ctx, si: Arc<ServiceImport>) -> Result<Action, ImportEr
                 .await
                 .map_err(err("deleting its EndpointSlices"))?;
             let derived = known::derived_service_name(ns, name);
-            match services.delete(&derived, &DeleteParams::default()).await {
-                Ok(_) => {}
-                Err(e) if crate::runtime::api_code(&e) == Some(404) => {}
-                Err(e) => return Err(err("deleting the derived Service")(e)),
-            }
+            apply::delete(&services, &derived)
+                .await
+                .map_err(err("deleting the derived Service"))?;
             let published = ListParams::default().labels(&format!(
                 "{}={name},{}={ns},{}={si_ns},!{}",
                 known::LABEL_SERVICE_NAME,
@@ -721,14 +719,9 @@ async fn reconcile(ctx: &Ctx, si: Arc<ServiceImport>) -> Result<Action, ImportEr
         }
     };
     if plan.recreate_service {
-        match services
-            .delete(&derived_name, &DeleteParams::default())
+        apply::delete(&services, &derived_name)
             .await
-        {
-            Ok(_) => {}
-            Err(e) if crate::runtime::api_code(&e) == Some(404) => {}
-            Err(e) => return Err(err("replacing the derived Service")(e)),
-        }
+            .map_err(err("replacing the derived Service"))?;
     }
     if let Some(body) = &plan.service {
         let written = apply::apply(&services, FIELD_MANAGER, &derived_name, body)
@@ -752,11 +745,9 @@ async fn reconcile(ctx: &Ctx, si: Arc<ServiceImport>) -> Result<Action, ImportEr
             .map_err(err("writing an EndpointSlice"))?;
     }
     for slice in &plan.deletes {
-        match slices.delete(slice, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(e) if crate::runtime::api_code(&e) == Some(404) => {}
-            Err(e) => return Err(err("deleting a stale EndpointSlice")(e)),
-        }
+        apply::delete(&slices, slice)
+            .await
+            .map_err(err("deleting a stale EndpointSlice"))?;
     }
     if !plan.upserts.is_empty() || !plan.deletes.is_empty() {
         info!(serviceimport = %key(&si), written = plan.upserts.len(), deleted = plan.deletes.len(), "EndpointSlices imported");
@@ -783,11 +774,9 @@ async fn reconcile(ctx: &Ctx, si: Arc<ServiceImport>) -> Result<Action, ImportEr
             .map_err(err("publishing a Manifest"))?;
     }
     for m in &plan.manifest_deletes {
-        match manifest_api.delete(m, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(e) if crate::runtime::api_code(&e) == Some(404) => {}
-            Err(e) => return Err(err("deleting a stale Manifest")(e)),
-        }
+        apply::delete(&manifest_api, m)
+            .await
+            .map_err(err("deleting a stale Manifest"))?;
     }
     if let Some(status) = &plan.status {
         apply::write_status(

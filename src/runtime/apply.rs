@@ -95,6 +95,18 @@ where
     b
 }
 
+/// Deletes `name`; already gone counts as deleted.
+pub async fn delete<K>(api: &Api<K>, name: &str) -> kube::Result<()>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, &kube::api::DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(e) if super::api_code(&e) == Some(404) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 /// Removes `finalizer` from `obj` (a merge patch guarded by its resourceVersion, so a stale
 /// copy never drops a finalizer another writer just added). Gone, or changed meanwhile (the
 /// next reconcile sees the new copy), counts as done.
