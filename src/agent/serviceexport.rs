@@ -96,18 +96,8 @@ pub fn exported_slice(export: &ServiceExport, slice: &EndpointSlice, parent_ns: 
             target.clone(),
         );
     }
-    json!({
-        "apiVersion": "discovery.k8s.io/v1",
-        "kind": "EndpointSlice",
-        "metadata": {
-            "name": format!("{ns}-{}", slice.name_any()),
-            "namespace": parent_ns,
-            "labels": labels,
-        },
-        "addressType": slice.address_type,
-        "endpoints": slice.endpoints,
-        "ports": slice.ports,
-    })
+    let copy = format!("{ns}-{}", slice.name_any());
+    crate::pipeline::serviceimport::copied_slice(slice, &copy, parent_ns, &labels)
 }
 
 /// Whether `current` already is what `body` asks for: the same addressing and our labels.
@@ -121,10 +111,7 @@ fn same_slice(current: &EndpointSlice, body: &Value) -> bool {
         .is_none_or(|_| {
             body["metadata"]["labels"][known::CONFIG_SUBSCRIPTION_NAMESPACE_LABEL].is_string()
         });
-    labels_ok
-        && json!(current.address_type) == body["addressType"]
-        && json!(current.endpoints) == body["endpoints"]
-        && json!(current.ports) == body["ports"]
+    labels_ok && crate::pipeline::serviceimport::same_addressing(current, body)
 }
 
 /// The export's `Valid` condition: why it will not be imported, or what it exports.
@@ -205,23 +192,8 @@ pub fn plan_export(
         .iter()
         .map(|s| exported_slice(export, s, parent_ns))
         .collect();
-    let names: Vec<&str> = wanted
-        .iter()
-        .filter_map(|b| b["metadata"]["name"].as_str())
-        .collect();
-    let deletes = exported
-        .iter()
-        .map(ResourceExt::name_any)
-        .filter(|n| !names.contains(&n.as_str()))
-        .collect();
-    let upserts = wanted
-        .into_iter()
-        .filter(|b| {
-            !exported.iter().any(|e| {
-                Some(e.name_any().as_str()) == b["metadata"]["name"].as_str() && same_slice(e, b)
-            })
-        })
-        .collect();
+    let existing: Vec<&EndpointSlice> = exported.iter().collect();
+    let (upserts, deletes) = apply::changes_by_name(wanted, &existing, same_slice);
     ExportPlan {
         upserts,
         deletes,

@@ -29,7 +29,7 @@ use crate::apis::known;
 use crate::apis::{
     ManagedCluster, Manifest, ServiceImport, ServiceImportStatus, ServiceImportType,
 };
-use crate::hub::shadow::model::naming;
+use crate::hub::shadow::model::{MANIFEST_API_VERSION, naming};
 use crate::runtime::Runtime;
 use crate::runtime::apply;
 use crate::runtime::events::Events;
@@ -184,31 +184,48 @@ fn is_copy(s: &EndpointSlice, name: &str, ns: &str, si_ns: &str) -> bool {
         && !l.contains_key(known::OBJECT_CREATED_BY_LABEL)
 }
 
-/// The import's copy of exported slice `source` (agent.md §5.2 step 3).
-pub fn imported_slice(source: &EndpointSlice, si_ns: &str) -> Value {
-    let mut labels = source.labels().clone();
-    labels.remove(known::OBJECT_CREATED_BY_LABEL);
+/// An EndpointSlice named `name` in `namespace` with `labels` and the addressing of `source`:
+/// the copies the agent exports and the import makes are both such.
+pub fn copied_slice(
+    source: &EndpointSlice,
+    name: &str,
+    namespace: &str,
+    labels: &BTreeMap<String, String>,
+) -> Value {
     json!({
         "apiVersion": "discovery.k8s.io/v1",
         "kind": "EndpointSlice",
-        "metadata": {
-            "name": format!("{}-{}", source.namespace().unwrap_or_default(), source.name_any()),
-            "namespace": si_ns,
-            "labels": labels,
-        },
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
         "addressType": source.address_type,
         "endpoints": source.endpoints,
         "ports": source.ports,
     })
 }
 
+/// Whether `current` has the addressing (address type, endpoints, ports) a [`copied_slice`]
+/// body asks for.
+pub fn same_addressing(current: &EndpointSlice, body: &Value) -> bool {
+    json!(current.address_type) == body["addressType"]
+        && json!(current.endpoints) == body["endpoints"]
+        && json!(current.ports) == body["ports"]
+}
+
+/// The import's copy of exported slice `source` (agent.md §5.2 step 3).
+pub fn imported_slice(source: &EndpointSlice, si_ns: &str) -> Value {
+    let mut labels = source.labels().clone();
+    labels.remove(known::OBJECT_CREATED_BY_LABEL);
+    let name = format!(
+        "{}-{}",
+        source.namespace().unwrap_or_default(),
+        source.name_any()
+    );
+    copied_slice(source, &name, si_ns, &labels)
+}
+
 fn same_copy(current: &EndpointSlice, body: &Value) -> bool {
     let wanted: BTreeMap<String, String> =
         serde_json::from_value(body["metadata"]["labels"].clone()).unwrap_or_default();
-    current.labels() == &wanted
-        && json!(current.address_type) == body["addressType"]
-        && json!(current.endpoints) == body["endpoints"]
-        && json!(current.ports) == body["ports"]
+    current.labels() == &wanted && same_addressing(current, body)
 }
 
 /// The Manifests already published for imports: those of the reserved namespace labelled with
@@ -316,23 +333,8 @@ pub fn plan_import(
         .collect();
     let wanted: Vec<Value> = sources.iter().map(|s| imported_slice(s, &si_ns)).collect();
     let wanted_copies = wanted.clone();
-    plan.deletes = copies
-        .iter()
-        .map(|c| c.name_any())
-        .filter(|n| {
-            !wanted
-                .iter()
-                .any(|w| w["metadata"]["name"].as_str() == Some(n.as_str()))
-        })
-        .collect();
-    plan.upserts = wanted
-        .into_iter()
-        .filter(|w| {
-            !copies.iter().any(|c| {
-                Some(c.name_any().as_str()) == w["metadata"]["name"].as_str() && same_copy(c, w)
-            })
-        })
-        .collect();
+    let existing: Vec<&EndpointSlice> = copies.iter().map(|c| c.as_ref()).collect();
+    (plan.upserts, plan.deletes) = apply::changes_by_name(wanted, &existing, same_copy);
 
     let mut manifests = vec![manifest_for(&service, "services", published.reserved_ns)];
     manifests.extend(
@@ -340,23 +342,23 @@ pub fn plan_import(
             .iter()
             .map(|w| manifest_for(w, "endpointslices", published.reserved_ns)),
     );
-    let mine: Vec<&Arc<Manifest>> = published
+    let mine: Vec<&Manifest> = published
         .manifests
         .iter()
         .filter(|m| m.namespace().as_deref() == Some(published.reserved_ns))
         .filter(|m| is_published_by(m, &name, &ns, &si_ns))
+        .map(|m| m.as_ref())
         .collect();
-    let stale: Vec<&&Arc<Manifest>> = mine
+    let (changed, stale) = apply::changes_by_name(manifests, &mine, |m, w| {
+        m.spec.template == w["template"] && json!(m.labels()) == w["metadata"]["labels"]
+    });
+    let stale: Vec<&&Manifest> = mine
         .iter()
-        .filter(|m| {
-            !manifests
-                .iter()
-                .any(|w| w["metadata"]["name"].as_str() == Some(m.name_any().as_str()))
-        })
+        .filter(|m| stale.contains(&m.name_any()))
         .collect();
     // a Subscription still using a stale slice keeps its Manifest (feed protection) and the
     // consumers' copy: empty it first, so no consumer keeps routing to endpoints that are gone
-    let emptied: Vec<Value> = stale
+    let emptied = stale
         .iter()
         .filter(|m| {
             m.spec.template["endpoints"]
@@ -364,33 +366,22 @@ pub fn plan_import(
                 .is_some_and(|e| !e.is_empty())
         })
         .map(|m| {
-            let mut body = serde_json::to_value(m.as_ref()).unwrap_or_default();
-            body["template"]["endpoints"] = json!([]);
+            let mut template = m.spec.template.clone();
+            template["endpoints"] = json!([]);
             json!({
-                "apiVersion": body["apiVersion"],
-                "kind": body["kind"],
+                "apiVersion": MANIFEST_API_VERSION,
+                "kind": "Manifest",
                 "metadata": {"name": m.name_any(), "namespace": published.reserved_ns,
-                    "labels": body["metadata"]["labels"]},
-                "template": body["template"],
+                    "labels": m.labels()},
+                "template": template,
             })
-        })
-        .collect();
+        });
     plan.manifest_deletes = stale
         .iter()
         .filter(|m| m.metadata.deletion_timestamp.is_none())
         .map(|m| m.name_any())
         .collect();
-    plan.manifests = manifests
-        .into_iter()
-        .filter(|w| {
-            !mine.iter().any(|m| {
-                Some(m.name_any().as_str()) == w["metadata"]["name"].as_str()
-                    && m.spec.template == w["template"]
-                    && json!(m.labels()) == w["metadata"]["labels"]
-            })
-        })
-        .chain(emptied)
-        .collect();
+    plan.manifests = changed.into_iter().chain(emptied).collect();
 
     let mut clusters: Vec<String> = sources
         .iter()

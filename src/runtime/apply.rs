@@ -95,6 +95,35 @@ where
     b
 }
 
+/// What turns `existing` into `wanted` (apply bodies, named by `metadata.name`): the bodies that
+/// are missing or differ (`same` says when an existing object already is as its body asks), and
+/// the names of existing objects no body wants.
+pub fn changes_by_name<K: Resource>(
+    wanted: Vec<Value>,
+    existing: &[&K],
+    same: impl Fn(&K, &Value) -> bool,
+) -> (Vec<Value>, Vec<String>) {
+    let name_of = |k: &K| k.meta().name.clone().unwrap_or_default();
+    let stale = existing
+        .iter()
+        .map(|k| name_of(k))
+        .filter(|n| {
+            !wanted
+                .iter()
+                .any(|w| w["metadata"]["name"].as_str() == Some(n.as_str()))
+        })
+        .collect();
+    let changed = wanted
+        .into_iter()
+        .filter(|w| {
+            !existing
+                .iter()
+                .any(|k| w["metadata"]["name"].as_str() == Some(name_of(k).as_str()) && same(k, w))
+        })
+        .collect();
+    (changed, stale)
+}
+
 /// Deletes `name`; already gone counts as deleted.
 pub async fn delete<K>(api: &Api<K>, name: &str) -> kube::Result<()>
 where
@@ -144,6 +173,41 @@ where
 mod tests {
     use super::*;
     use crate::apis::Base;
+
+    #[test]
+    fn changes_by_name_writes_what_differs_and_deletes_what_is_unwanted() {
+        let base = |name: &str, v: &str| -> Base {
+            serde_json::from_value(json!({"apiVersion": "apps.clusternet.io/v1alpha1",
+                "kind": "Base", "metadata": {"name": name, "labels": {"v": v}},
+                "spec": {"feeds": []}}))
+            .expect("a Base")
+        };
+        let (a, b) = (base("a", "1"), base("b", "1"));
+        let wanted = vec![
+            json!({"metadata": {"name": "a", "labels": {"v": "1"}}}),
+            json!({"metadata": {"name": "c", "labels": {"v": "1"}}}),
+        ];
+        let same = |k: &Base, w: &Value| {
+            k.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("v"))
+                .map(String::as_str)
+                == w["metadata"]["labels"]["v"].as_str()
+        };
+        let (changed, stale) = changes_by_name(wanted, &[&a, &b], same);
+        assert_eq!(
+            changed,
+            vec![json!({"metadata": {"name": "c", "labels": {"v": "1"}}})]
+        );
+        assert_eq!(stale, vec!["b".to_string()]);
+        let (changed, _) = changes_by_name(
+            vec![json!({"metadata": {"name": "a", "labels": {"v": "2"}}})],
+            &[&a],
+            same,
+        );
+        assert_eq!(changed.len(), 1, "a differing object is written again");
+    }
 
     #[test]
     fn bodies_name_the_kind_and_only_what_is_given() {
