@@ -11,6 +11,15 @@ build:
 dist: build
     bash tests/env/dist.sh target/release/clusternet dist
 
+# The image, built here with buildah (no registry needed): a debootstrap'd Debian base, the release
+# binary and the tests' helm; tags localhost/clusternet:VERSION, which the kustomize overlays run
+image *ARGS:
+    bash tests/env/image.sh {{ARGS}}
+
+# The image as the Containerfile stands: public base images, clusternet and helm compiled inside
+image-from-source *ARGS:
+    bash tests/env/image.sh --from-source {{ARGS}}
+
 # The whole test suite: unit tests plus integration tests against real control planes
 test *ARGS:
     bash tests/env/test.sh {{ARGS}}

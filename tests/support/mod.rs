@@ -210,6 +210,109 @@ where
     panic!("timed out after {timeout:?} waiting for {what}; last state: {last}");
 }
 
+/// How the tests start `clusternet` processes: the binary under test by default; tests/image.rs
+/// switches (once, before anything starts) to the same binary inside the image, started with
+/// `buildah run --isolation chroot`, so every role it starts runs from the image.
+pub struct Launcher {
+    /// the command and its options before the environment flags (empty for the plain binary)
+    head: Vec<String>,
+    /// what follows them: the program (and for an image the container and `--` before it)
+    tail: Vec<String>,
+    image: bool,
+}
+
+static LAUNCHER: OnceLock<Launcher> = OnceLock::new();
+
+impl Launcher {
+    /// The launcher in use (the binary under test unless [`Launcher::use_image`] was called).
+    pub fn get() -> &'static Launcher {
+        LAUNCHER.get_or_init(|| Launcher {
+            head: Vec::new(),
+            tail: vec![env!("CARGO_BIN_EXE_clusternet").to_string()],
+            image: false,
+        })
+    }
+
+    /// From now on every role starts inside `container` (a buildah working container of the
+    /// image): host network (chroot isolation makes no network namespace) and `mounts` (host
+    /// directory, path inside), read-only. Panics when a process was started already.
+    pub fn use_image(container: &str, mounts: &[(&Path, &Path)]) {
+        let mut head: Vec<String> = ["buildah", "run", "--isolation", "chroot"]
+            .map(String::from)
+            .to_vec();
+        for (host, inside) in mounts {
+            head.push("-v".to_string());
+            head.push(format!("{}:{}:ro", host.display(), inside.display()));
+        }
+        let launcher = Launcher {
+            head,
+            tail: [container, "--", "/usr/local/bin/clusternet"]
+                .map(String::from)
+                .to_vec(),
+            image: true,
+        };
+        assert!(
+            LAUNCHER.set(launcher).is_ok(),
+            "Launcher::use_image after a process was started"
+        );
+    }
+
+    pub fn in_image(&self) -> bool {
+        self.image
+    }
+
+    /// A command that starts clusternet with `envs` set for it (inside the image too).
+    pub fn command(&self, envs: &[(&str, &str)]) -> Command {
+        if !self.image {
+            let mut cmd = Command::new(&self.tail[0]);
+            cmd.envs(envs.iter().copied());
+            return cmd;
+        }
+        // `buildah run` passes SIGTERM on but not SIGKILL, and outlives a test binary that
+        // dies: a watchdog ends it with the test binary, and the process group (its own) lets
+        // a test's SIGKILL reach the process in the image too. Arguments follow as "$@".
+        let script = format!(
+            "{} \"$@\" & pid=$!; trap 'kill $pid' TERM; \
+             while kill -0 {owner} 2>/dev/null && kill -0 $pid 2>/dev/null; do sleep 0.5; done; \
+             kill $pid 2>/dev/null; wait $pid",
+            self.shell(envs),
+            owner = std::process::id()
+        );
+        let mut cmd = Command::new("bash");
+        cmd.args(["-c", &script, "clusternet"]);
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        cmd
+    }
+
+    /// The same as a shell command prefix (for the watchdog scripts), each word quoted.
+    pub fn shell(&self, envs: &[(&str, &str)]) -> String {
+        let quote = |w: &str| format!("'{}'", w.replace('\'', "'\\''"));
+        let words = self
+            .words(envs)
+            .iter()
+            .map(|w| quote(w))
+            .collect::<Vec<_>>();
+        if self.image {
+            words.join(" ")
+        } else {
+            let assigns = envs.iter().map(|(k, v)| format!("{k}={}", quote(v)));
+            assigns.chain(words).collect::<Vec<_>>().join(" ")
+        }
+    }
+
+    fn words(&self, envs: &[(&str, &str)]) -> Vec<String> {
+        let mut words = self.head.clone();
+        if self.image {
+            for (k, v) in envs {
+                words.push("-e".to_string());
+                words.push(format!("{k}={v}"));
+            }
+        }
+        words.extend(self.tail.iter().cloned());
+        words
+    }
+}
+
 /// A `clusternet` process started by a test; killed (SIGKILL) when dropped.
 pub struct Clusternet {
     pub child: std::process::Child,
@@ -231,11 +334,14 @@ impl Clusternet {
             &uuid::Uuid::new_v4().simple().to_string()[..6]
         ));
         let file = std::fs::File::create(&log).expect("creating a log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_clusternet"))
+        let envs: Vec<(&str, &str)> = [("RUST_LOG", "info,clusternet=debug")]
+            .into_iter()
+            .chain(envs.iter().copied())
+            .collect();
+        let child = Launcher::get()
+            .command(&envs)
             .args(args)
             .arg(format!("--health-bind-address=127.0.0.1:{health_port}"))
-            .env("RUST_LOG", "info,clusternet=debug")
-            .envs(envs.iter().copied())
             .stdout(file.try_clone().expect("log file handle"))
             .stderr(file)
             .spawn()
@@ -265,7 +371,13 @@ impl Clusternet {
             .and_then(|v| v.parse().ok())
     }
 
+    /// SIGKILLs it and its process group (`buildah run` and the process in the image).
     pub fn kill(&mut self) {
+        if Launcher::get().in_image() {
+            let _ = Command::new("kill")
+                .args(["-9", "--", &format!("-{}", self.child.id())])
+                .status();
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -431,7 +543,7 @@ impl TestEnv {
                  --cluster-failover-grace=2s --cluster-failback-stable=20s --helm-binary={helm} \
                  --feature-gates=MultiClusterService=true {extra} \
                  >{log} 2>&1 & pid=$!; while kill -0 {owner} 2>/dev/null && kill -0 $pid 2>/dev/null; do sleep 0.5; done; kill $pid 2>/dev/null",
-                bin = env!("CARGO_BIN_EXE_clusternet"),
+                bin = Launcher::get().shell(&[]),
                 kc = self.parent_kubeconfig().display(),
                 log = log.display(),
                 helm = self.bin("helm").display(),
@@ -844,7 +956,7 @@ impl TestEnv {
                  while kill -0 {owner} 2>/dev/null; do \
                    if ! kill -0 $(cat {pidfile}) 2>/dev/null; then sleep 1; start; fi; sleep 0.2; \
                  done; kill $(cat {pidfile}) 2>/dev/null; K8S_BIN={k8s} bash {register} {kc} --delete",
-                bin = env!("CARGO_BIN_EXE_clusternet"),
+                bin = Launcher::get().shell(&[("RUST_LOG", "info,clusternet::hub=debug")]),
                 kc = self.parent_kubeconfig().display(),
                 log = log.display(),
                 pidfile = pidfile.display(),
