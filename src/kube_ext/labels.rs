@@ -72,6 +72,22 @@ struct Requirement {
     key: String,
     operator: Operator,
     values: BTreeSet<String>,
+    /// from `matchLabels` (shown `key=value`, as apimachinery's `Selector.String()` does)
+    equals: bool,
+}
+
+impl std::fmt::Display for Requirement {
+    /// apimachinery's requirement syntax, the one `kubectl get -l` takes.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let values = || self.values.iter().cloned().collect::<Vec<_>>().join(",");
+        match self.operator {
+            Operator::In if self.equals => write!(f, "{}={}", self.key, values()),
+            Operator::In => write!(f, "{} in ({})", self.key, values()),
+            Operator::NotIn => write!(f, "{} notin ({})", self.key, values()),
+            Operator::Exists => write!(f, "{}", self.key),
+            Operator::DoesNotExist => write!(f, "!{}", self.key),
+        }
+    }
 }
 
 impl Requirement {
@@ -125,6 +141,7 @@ impl Selector {
                 key: key.clone(),
                 operator: Operator::In,
                 values: BTreeSet::from([value.clone()]),
+                equals: true,
             });
         }
         for expr in selector.match_expressions.iter().flatten() {
@@ -161,6 +178,7 @@ impl Selector {
                 key: expr.key.clone(),
                 operator,
                 values: values.iter().cloned().collect(),
+                equals: false,
             });
         }
         Ok(Self { requirements })
@@ -169,6 +187,16 @@ impl Selector {
     /// Does this selector match the label set? An empty selector matches everything.
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.requirements.iter().all(|r| r.matches(labels))
+    }
+
+    /// The first requirement the labels miss, in selector syntax (`tier in (gold,bronze)`), or
+    /// `None` when the selector matches: what the placement what-if names as the reason a
+    /// cluster was not a candidate.
+    pub fn first_unmatched(&self, labels: &BTreeMap<String, String>) -> Option<String> {
+        self.requirements
+            .iter()
+            .find(|r| !r.matches(labels))
+            .map(ToString::to_string)
     }
 
     /// Whether the selector has no requirement (matches everything).
@@ -320,6 +348,51 @@ mod tests {
             },
             match_expressions: if exprs.is_empty() { None } else { Some(exprs) },
         }
+    }
+
+    #[test]
+    fn the_first_missed_requirement_is_named_in_selector_syntax() {
+        let s = Selector::from_label_selector(&selector(
+            &[("env", "prod")],
+            vec![
+                expr("tier", "In", &["gold", "bronze"]),
+                expr("zone", "NotIn", &["b"]),
+                expr("gpu", "Exists", &[]),
+                expr("legacy", "DoesNotExist", &[]),
+            ],
+        ))
+        .expect("valid");
+        let all = [
+            ("env", "prod"),
+            ("tier", "gold"),
+            ("zone", "a"),
+            ("gpu", "1"),
+        ];
+        assert_eq!(s.first_unmatched(&labels(&all)), None);
+        let miss = |pairs: &[(&str, &str)]| s.first_unmatched(&labels(pairs));
+        assert_eq!(miss(&[]).as_deref(), Some("env=prod"));
+        assert_eq!(
+            miss(&[("env", "prod"), ("tier", "silver")]).as_deref(),
+            Some("tier in (bronze,gold)")
+        );
+        assert_eq!(
+            miss(&[("env", "prod"), ("tier", "gold"), ("zone", "b")]).as_deref(),
+            Some("zone notin (b)")
+        );
+        assert_eq!(
+            miss(&[("env", "prod"), ("tier", "gold")]).as_deref(),
+            Some("gpu")
+        );
+        assert_eq!(
+            miss(&[
+                ("env", "prod"),
+                ("tier", "gold"),
+                ("gpu", "1"),
+                ("legacy", "y")
+            ])
+            .as_deref(),
+            Some("!legacy")
+        );
     }
 
     #[test]

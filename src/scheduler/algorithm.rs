@@ -16,6 +16,7 @@ use crate::apis::{
     FeedInventory, ManagedCluster, ReplicaDividingType, SchedulingStrategy, Subscription,
 };
 use crate::kube_ext::labels::{LabelSelectorError, Selector};
+use crate::scheduler::explain::{Explanation, Recorder, Verdict};
 use crate::scheduler::framework::{
     ClusterScore, Code, CycleState, Framework, PluginFailure, Status, TargetClusters, cluster_key,
 };
@@ -208,6 +209,38 @@ pub async fn schedule(
     clusters: &[impl Borrow<ManagedCluster>],
     inventory: Option<&FeedInventory>,
 ) -> Result<ScheduleResult, ScheduleError> {
+    schedule_explained(fwk, state, offset, sub, clusters, inventory, None).await
+}
+
+/// [`schedule`], recording into `explanation` (when given) why each cluster was kept or
+/// dropped: the placement what-if runs exactly this, so its answer is the scheduler's.
+pub async fn schedule_explained(
+    fwk: &Framework,
+    state: &CycleState,
+    offset: &mut FilterOffset,
+    sub: &Subscription,
+    clusters: &[impl Borrow<ManagedCluster>],
+    inventory: Option<&FeedInventory>,
+    explanation: Option<&mut Explanation>,
+) -> Result<ScheduleResult, ScheduleError> {
+    let mut rec = Recorder(explanation);
+    let result = schedule_recorded(fwk, state, offset, sub, clusters, inventory, &mut rec).await;
+    match &result {
+        Ok(r) => rec.decided(&r.suggested.binding_clusters, &r.suggested.replicas),
+        Err(e) => rec.failed(e.to_string()),
+    }
+    result
+}
+
+async fn schedule_recorded(
+    fwk: &Framework,
+    state: &CycleState,
+    offset: &mut FilterOffset,
+    sub: &Subscription,
+    clusters: &[impl Borrow<ManagedCluster>],
+    inventory: Option<&FeedInventory>,
+    rec: &mut Recorder<'_>,
+) -> Result<ScheduleResult, ScheduleError> {
     if clusters.is_empty() {
         return Err(ScheduleError::NoClustersAvailable);
     }
@@ -224,6 +257,10 @@ pub async fn schedule(
         .map(|c| (cluster_key(c.borrow()), c.borrow()))
         .collect();
     sorted.sort_by(|a, b| a.0.cmp(&b.0));
+    if rec.on() {
+        let keys: Vec<String> = sorted.iter().map(|(k, _)| k.clone()).collect();
+        rec.start(format!("{strategy:?}"), &keys);
+    }
     let fit_error = |diagnosis| {
         ScheduleError::Fit(FitError {
             num_all_clusters: clusters.len(),
@@ -233,6 +270,9 @@ pub async fn schedule(
 
     // Step 1: filter.
     let candidates = candidates(sub, &sorted)?;
+    if rec.on() {
+        record_affinity(rec, sub, &sorted, &candidates);
+    }
     if candidates.is_empty() {
         return Err(fit_error(BTreeMap::new()));
     }
@@ -240,13 +280,22 @@ pub async fn schedule(
         if !failure.status.is_unschedulable() {
             return Err(failure.into());
         }
+        for (key, _) in &candidates {
+            rec.verdict(
+                key,
+                Verdict::Filtered {
+                    plugin: failure.plugin.clone(),
+                    reasons: failure.status.reasons().to_vec(),
+                },
+            );
+        }
         let diagnosis = candidates
             .iter()
             .map(|(key, _)| (key.clone(), failure.status.clone()))
             .collect();
         return Err(fit_error(diagnosis));
     }
-    let (feasible, diagnosis) = filter(fwk, state, offset, sub, &candidates, strategy)?;
+    let (feasible, diagnosis) = filter(fwk, state, offset, sub, &candidates, strategy, rec)?;
     if feasible.is_empty() {
         return Err(fit_error(diagnosis));
     }
@@ -279,6 +328,7 @@ pub async fn schedule(
         fwk.run_pre_predict(state, sub, inv, &feasible_refs)?;
         let predictions = fwk.run_predict(state, sub, inv, &feasible_refs).await?;
         for ((score, _), prediction) in scored.iter_mut().zip(predictions) {
+            rec.predicted(&score.namespaced_name, prediction.clone());
             score.max_available_replicas = prediction;
         }
     }
@@ -289,6 +339,7 @@ pub async fn schedule(
         let keys: Vec<String> = feasible.iter().map(|(k, _)| k.clone()).collect();
         let totals = fwk.run_score(state, sub, &feasible_refs, &keys)?;
         for ((score, _), total) in scored.iter_mut().zip(totals) {
+            rec.score(&score.namespaced_name, total);
             score.score = total;
         }
     } else {
@@ -320,6 +371,41 @@ pub async fn schedule(
 
 type Feasible<'a> = Vec<(String, &'a ManagedCluster)>;
 
+/// Why each cluster that is not a candidate is not: being deleted, or per subscriber the first
+/// term of its `clusterAffinity` the cluster's labels miss (the selectors are valid: building
+/// the candidates checked them).
+fn record_affinity(
+    rec: &mut Recorder<'_>,
+    sub: &Subscription,
+    sorted: &[(String, &ManagedCluster)],
+    candidates: &[(String, &ManagedCluster)],
+) {
+    let selectors: Vec<Selector> = sub
+        .spec
+        .subscribers
+        .iter()
+        .filter_map(|s| Selector::from_label_selector(&s.cluster_affinity).ok())
+        .collect();
+    let candidate: BTreeSet<&str> = candidates.iter().map(|(k, _)| k.as_str()).collect();
+    for (key, cluster) in sorted {
+        if candidate.contains(key.as_str()) {
+            continue;
+        }
+        let verdict = if cluster.metadata.deletion_timestamp.is_some() {
+            Verdict::Deleting
+        } else {
+            let labels = labels_of(cluster);
+            Verdict::AffinityMissed {
+                terms: selectors
+                    .iter()
+                    .filter_map(|s| s.first_unmatched(labels))
+                    .collect(),
+            }
+        };
+        rec.verdict(key, verdict);
+    }
+}
+
 /// Runs filter plugins from the rotating offset until enough clusters are feasible.
 fn filter<'a>(
     fwk: &Framework,
@@ -328,6 +414,7 @@ fn filter<'a>(
     sub: &Subscription,
     candidates: &[(String, &'a ManagedCluster)],
     strategy: SchedulingStrategy,
+    rec: &mut Recorder<'_>,
 ) -> Result<(Feasible<'a>, BTreeMap<String, Status>), ScheduleError> {
     let n = candidates.len();
     let wanted =
@@ -338,6 +425,9 @@ fn filter<'a>(
     let mut diagnosis = BTreeMap::new();
     if !fwk.has_filter_plugins() {
         feasible.extend((0..wanted).map(|i| at(i).clone()));
+        for (key, _) in &feasible {
+            rec.verdict(key, Verdict::Feasible);
+        }
         offset.next_start_cluster_index = (start + wanted) % n;
         return Ok((feasible, diagnosis));
     }
@@ -350,8 +440,18 @@ fn filter<'a>(
         let (key, cluster) = at(i);
         processed += 1;
         match fwk.run_filter(state, sub, cluster) {
-            Ok(Ok(())) => feasible.push((key.clone(), *cluster)),
+            Ok(Ok(())) => {
+                rec.verdict(key, Verdict::Feasible);
+                feasible.push((key.clone(), *cluster));
+            }
             Ok(Err(rejected)) => {
+                rec.verdict(
+                    key,
+                    Verdict::Filtered {
+                        plugin: rejected.plugin.clone(),
+                        reasons: rejected.status.reasons().to_vec(),
+                    },
+                );
                 diagnosis.insert(key.clone(), rejected.status);
             }
             Err(failure) => {
@@ -1183,7 +1283,161 @@ mod tests {
         (1..12_usize).prop_flat_map(|n| (0..n).map(arb_cluster).collect::<Vec<_>>())
     }
 
+    async fn explain(
+        fwk: &Framework,
+        sub: &Subscription,
+        clusters: &[ManagedCluster],
+        inv: Option<&FeedInventory>,
+    ) -> (Result<ScheduleResult, ScheduleError>, Explanation) {
+        let mut explanation = Explanation::default();
+        let mut offset = FilterOffset::default();
+        let result = schedule_explained(
+            fwk,
+            &CycleState::new(),
+            &mut offset,
+            sub,
+            clusters,
+            inv,
+            Some(&mut explanation),
+        )
+        .await;
+        (result, explanation)
+    }
+
+    fn verdict_of<'a>(e: &'a Explanation, cluster: &str) -> &'a Verdict {
+        &e.clusters
+            .iter()
+            .find(|c| c.cluster == cluster)
+            .expect("every cluster is explained")
+            .verdict
+    }
+
+    /// The fleet: gold kept, silver dropped by affinity (naming the term), bronze
+    /// dropped by its taint (naming it).
+    #[tokio::test]
+    async fn explains_affinity_and_taint_drops_by_name() {
+        let clusters = [
+            cluster("c-bronze", "bronze", &[("tier", "bronze")]),
+            cluster("c-gold", "gold", &[("tier", "gold")]),
+            cluster("c-silver", "silver", &[("tier", "silver")]),
+        ];
+        let clusters = [
+            tainted(clusters[0].clone(), "maintenance", "NoSchedule"),
+            clusters[1].clone(),
+            clusters[2].clone(),
+        ];
+        let sub = subscription(vec![Subscriber {
+            cluster_affinity: LabelSelector {
+                match_labels: None,
+                match_expressions: Some(vec![LabelSelectorRequirement {
+                    key: "tier".into(),
+                    operator: "In".into(),
+                    values: Some(vec!["gold".into(), "bronze".into()]),
+                }]),
+            },
+            weight: 0,
+            sub_group_strategy: None,
+        }]);
+        let fwk = default_profile();
+        let (result, e) = explain(&fwk, &sub, &clusters, None).await;
+        let result = result.expect("gold fits");
+        assert_eq!(names(&result), ["c-gold/gold"]);
+        assert_eq!(e.binding_clusters, result.suggested.binding_clusters);
+        assert_eq!(e.strategy, "Replication");
+        assert!(matches!(
+            verdict_of(&e, "c-gold/gold"),
+            Verdict::Selected { .. }
+        ));
+        assert_eq!(
+            verdict_of(&e, "c-silver/silver"),
+            &Verdict::AffinityMissed {
+                terms: vec!["tier in (bronze,gold)".into()]
+            }
+        );
+        match verdict_of(&e, "c-bronze/bronze") {
+            Verdict::Filtered { plugin, reasons } => {
+                assert_eq!(plugin.as_deref(), Some("TaintToleration"));
+                assert!(
+                    reasons.iter().any(|r| r.contains("maintenance")),
+                    "names the taint: {reasons:?}"
+                );
+            }
+            other => panic!("bronze: {other:?}"),
+        }
+        assert_eq!(e.error, None);
+    }
+
+    #[tokio::test]
+    async fn explains_static_replicas_and_a_failed_attempt() {
+        let clusters = [
+            cluster("a", "c1", &[("region", "east")]),
+            cluster("b", "c2", &[("region", "east")]),
+        ];
+        let sub = subscription(vec![subscriber(&[("region", "east")], 3)]);
+        let (sub, inv) = dividing(sub, ReplicaDividingType::Static, 10);
+        let fwk = default_profile();
+        let (result, e) = explain(&fwk, &sub, &clusters, Some(&inv)).await;
+        let result = result.expect("static dividing fits");
+        assert_eq!(e.replicas, result.suggested.replicas);
+        let total: i32 = e
+            .clusters
+            .iter()
+            .map(|c| match &c.verdict {
+                Verdict::Selected { replicas } => {
+                    replicas.get(&deploy().key()).copied().unwrap_or(0)
+                }
+                _ => 0,
+            })
+            .sum();
+        assert_eq!(total, 10, "{e:?}");
+
+        // nothing fits: the error is the scheduler's FailedScheduling text
+        let west = subscription(vec![subscriber(&[("region", "west")], 1)]);
+        let (result, e) = explain(&fwk, &west, &clusters, None).await;
+        let err = result.expect_err("no west cluster");
+        assert_eq!(e.error, Some(err.to_string()));
+        assert!(e.binding_clusters.is_empty());
+        assert!(
+            e.clusters
+                .iter()
+                .all(|c| matches!(c.verdict, Verdict::AffinityMissed { .. }))
+        );
+    }
+
     proptest! {
+        /// The explanation never changes the decision, and says exactly what was decided:
+        /// the same binding as the plain cycle, every bound cluster Selected, nothing else.
+        #[test]
+        fn an_explained_cycle_decides_what_the_real_one_does(clusters in arb_clusters(), desired in 0..50_i32, dividing_on in any::<bool>()) {
+            let mut sub = subscription(vec![subscriber(&[("region", "east")], 2)]);
+            sub.spec.cluster_tolerations = vec![Toleration {
+                key: Some("ok".into()),
+                operator: Some("Exists".into()),
+                ..Default::default()
+            }];
+            let (sub, inv) = if dividing_on {
+                let (s, i) = dividing(sub, ReplicaDividingType::Static, desired);
+                (s, Some(i))
+            } else {
+                (sub, None)
+            };
+            let rt = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+            let fwk = default_profile();
+            let real = rt.block_on(run(&fwk, &sub, &clusters, inv.as_ref()));
+            let (explained, e) = rt.block_on(explain(&fwk, &sub, &clusters, inv.as_ref()));
+            prop_assert_eq!(&real, &explained);
+            prop_assert_eq!(e.clusters.len(), clusters.len());
+            let bound: Vec<String> = real.as_ref().map(|r| r.suggested.binding_clusters.clone()).unwrap_or_default();
+            prop_assert_eq!(&e.binding_clusters, &bound);
+            for c in &e.clusters {
+                let selected = matches!(c.verdict, Verdict::Selected { .. });
+                prop_assert_eq!(selected, bound.contains(&c.cluster), "{:?}", c);
+            }
+            if let Err(err) = &real {
+                prop_assert_eq!(e.error.clone(), Some(err.to_string()));
+            }
+        }
+
         /// Whatever the clusters, never bind one with an untolerated NoSchedule/NoExecute taint
         /// or one outside the affinity; static replicas always add up.
         #[test]

@@ -50,6 +50,7 @@ pub mod algorithm;
 pub mod binder;
 pub mod config;
 pub mod controller;
+pub mod explain;
 pub mod failover;
 pub mod framework;
 pub mod plugins;
