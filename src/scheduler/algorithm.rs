@@ -1404,23 +1404,32 @@ mod tests {
         );
     }
 
+    /// The property tests' Subscription: region=east, tolerating the `ok` taint (not `hard`),
+    /// Replication or Static dividing of `desired` replicas.
+    fn east_tolerating_ok(
+        desired: i32,
+        dividing_on: bool,
+    ) -> (Subscription, Option<FeedInventory>) {
+        let mut sub = subscription(vec![subscriber(&[("region", "east")], 2)]);
+        sub.spec.cluster_tolerations = vec![Toleration {
+            key: Some("ok".into()),
+            operator: Some("Exists".into()),
+            ..Default::default()
+        }];
+        if dividing_on {
+            let (s, i) = dividing(sub, ReplicaDividingType::Static, desired);
+            (s, Some(i))
+        } else {
+            (sub, None)
+        }
+    }
+
     proptest! {
         /// The explanation never changes the decision, and says exactly what was decided:
         /// the same binding as the plain cycle, every bound cluster Selected, nothing else.
         #[test]
         fn an_explained_cycle_decides_what_the_real_one_does(clusters in arb_clusters(), desired in 0..50_i32, dividing_on in any::<bool>()) {
-            let mut sub = subscription(vec![subscriber(&[("region", "east")], 2)]);
-            sub.spec.cluster_tolerations = vec![Toleration {
-                key: Some("ok".into()),
-                operator: Some("Exists".into()),
-                ..Default::default()
-            }];
-            let (sub, inv) = if dividing_on {
-                let (s, i) = dividing(sub, ReplicaDividingType::Static, desired);
-                (s, Some(i))
-            } else {
-                (sub, None)
-            };
+            let (sub, inv) = east_tolerating_ok(desired, dividing_on);
             let rt = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
             let fwk = default_profile();
             let real = rt.block_on(run(&fwk, &sub, &clusters, inv.as_ref()));
@@ -1442,19 +1451,7 @@ mod tests {
         /// or one outside the affinity; static replicas always add up.
         #[test]
         fn never_binds_filtered_out_clusters(clusters in arb_clusters(), desired in 0..50_i32, dividing_on in any::<bool>()) {
-            let mut sub = subscription(vec![subscriber(&[("region", "east")], 2)]);
-            // `ok` is tolerated, `hard` is not.
-            sub.spec.cluster_tolerations = vec![Toleration {
-                key: Some("ok".into()),
-                operator: Some("Exists".into()),
-                ..Default::default()
-            }];
-            let (sub, inv) = if dividing_on {
-                let (s, i) = dividing(sub, ReplicaDividingType::Static, desired);
-                (s, Some(i))
-            } else {
-                (sub, None)
-            };
+            let (sub, inv) = east_tolerating_ok(desired, dividing_on);
             let rt = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
             let fwk = default_profile();
             let outcome = rt.block_on(run(&fwk, &sub, &clusters, inv.as_ref()));
