@@ -68,6 +68,14 @@ impl Doc {
         matches!(self, Doc::Blank(_))
     }
 
+    /// The document as JSON when it has been parsed (the traced renderer starts from JSON).
+    fn as_value(&self) -> Option<&Value> {
+        match self {
+            Doc::Json(v) => Some(v),
+            _ => None,
+        }
+    }
+
     /// The parsed document, or `None` when blank.
     fn json_mut(&mut self, what: &'static str) -> Result<Option<&mut Value>, OverrideError> {
         if let Doc::Text(text) = self {
@@ -142,8 +150,128 @@ pub(super) fn apply_docs(
 ) -> Result<(Doc, Doc), OverrideError> {
     let defaults = default_overrides();
     for rule in overrides.iter().chain(defaults.iter()) {
+        apply_rule(&mut g, &mut c, rule)?;
+    }
+    Ok((g, c))
+}
+
+/// One field of a rendered object that an override set, changed or removed, with the override
+/// that did it last (a later override of the same field wins, as it does in the object).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FieldChange {
+    /// JSON pointer of the field (`/spec/replicas`).
+    pub path: String,
+    /// The rule's `name` in its Globalization or Localization.
+    pub rule: String,
+    #[serde(rename = "type")]
+    pub type_: OverrideType,
+    pub source: super::OverrideSource,
+}
+
+/// [`render_generic`] that also says which override set which field: the rules are applied one
+/// at a time, exactly as [`apply_overrides`] applies them (the default removals last), and
+/// what each one changed is attributed to it. The rendered object is the one `render_generic`
+/// gives for the same rules.
+pub fn render_generic_explained(
+    template: &Value,
+    overrides: &[super::SourcedOverride],
+) -> Result<(Value, Vec<FieldChange>), OverrideError> {
+    let mut g = Doc::Json(template.clone());
+    let mut c = Doc::blank();
+    let mut changes: std::collections::BTreeMap<String, FieldChange> = Default::default();
+    for sourced in overrides {
+        let before = g.as_value().cloned().unwrap_or(Value::Null);
+        apply_rule(&mut g, &mut c, &sourced.config)?;
+        let after = g.as_value().cloned().unwrap_or(Value::Null);
+        let mut paths = Vec::new();
+        changed_paths(&before, &after, String::new(), &mut paths);
+        for path in paths {
+            let change = FieldChange {
+                path: path.clone(),
+                rule: sourced.config.name.clone(),
+                type_: sourced.config.type_,
+                source: sourced.source.clone(),
+            };
+            changes.insert(path, change);
+        }
+    }
+    for rule in &default_overrides() {
+        apply_rule(&mut g, &mut c, rule)?;
+    }
+    let rendered = g.into_value("the rendered object")?;
+    // what differs from the template as the child would get it without overrides: a field one
+    // override added and another removed again, or one the default removals take out, is no
+    // change
+    let (baseline, _) = apply_docs(Doc::Json(template.clone()), Doc::blank(), &[])?;
+    let baseline = baseline.into_value("the rendered object")?;
+    let mut differ = Vec::new();
+    changed_paths(&baseline, &rendered, String::new(), &mut differ);
+    let changes = differ
+        .iter()
+        .filter_map(|path| changes.remove(path))
+        .collect();
+    Ok((rendered, changes))
+}
+
+/// JSON pointers of the leaves that differ between `a` and `b` (added, removed or changed);
+/// objects and arrays are descended, anything else differing is one leaf.
+fn changed_paths(a: &Value, b: &Value, at: String, out: &mut Vec<String>) {
+    let escape = |k: &str| k.replace('~', "~0").replace('/', "~1");
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+            for k in keys {
+                let null = Value::Null;
+                let (va, vb) = (x.get(k), y.get(k));
+                if va == vb {
+                    continue;
+                }
+                let path = format!("{at}/{}", escape(k));
+                match (va, vb) {
+                    (Some(va), Some(vb)) => changed_paths(va, vb, path, out),
+                    (Some(v), None) | (None, Some(v)) => {
+                        if v.is_object() || v.is_array() {
+                            changed_paths(v, &null, path, out);
+                        } else {
+                            out.push(path);
+                        }
+                    }
+                    (None, None) => {}
+                }
+            }
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            for i in 0..x.len().max(y.len()) {
+                let null = Value::Null;
+                let (va, vb) = (x.get(i).unwrap_or(&null), y.get(i).unwrap_or(&null));
+                if va != vb {
+                    changed_paths(va, vb, format!("{at}/{i}"), out);
+                }
+            }
+        }
+        (Value::Object(x), other) | (other, Value::Object(x))
+            if !x.is_empty() && other.is_null() =>
+        {
+            for (k, v) in x {
+                changed_paths(v, &Value::Null, format!("{at}/{}", escape(k)), out);
+            }
+        }
+        (Value::Array(x), other) | (other, Value::Array(x)) if !x.is_empty() && other.is_null() => {
+            for (i, v) in x.iter().enumerate() {
+                changed_paths(v, &Value::Null, format!("{at}/{i}"), out);
+            }
+        }
+        _ if a != b => out.push(at),
+        _ => {}
+    }
+}
+
+/// One override rule applied to the generic document `g` and the chart document `c`.
+fn apply_rule(g: &mut Doc, c: &mut Doc, rule: &OverrideConfig) -> Result<(), OverrideError> {
+    {
         if rule.value.trim().is_empty() {
-            continue;
+            return Ok(());
         }
         let fail = |reason: String| OverrideError::Rule {
             name: rule.name.clone(),
@@ -156,12 +284,12 @@ pub(super) fn apply_docs(
         // The first override of a blank document becomes the document.
         if rule.override_chart {
             if c.is_blank() {
-                c = Doc::Json(value);
-                continue;
+                *c = Doc::Json(value);
+                return Ok(());
             }
         } else if g.is_blank() && rule.type_ != OverrideType::JsonPatch {
-            g = Doc::Json(value);
-            continue;
+            *g = Doc::Json(value);
+            return Ok(());
         }
 
         match rule.type_ {
@@ -196,7 +324,7 @@ pub(super) fn apply_docs(
               // already rejected when the Localization/Globalization is decoded.
         }
     }
-    Ok((g, c))
+    Ok(())
 }
 
 /// Reached only by a non-Helm override with `overrideChart: true` while the generic document is
@@ -457,6 +585,71 @@ mod tests {
     use crate::apis::OverrideType;
     use crate::pipeline::overrides::fixtures::*;
     use serde_json::json;
+
+    /// Upstream's replication example: the Globalization (600) and both Localizations (300,
+    /// 600) on my-nginx. The explained rendering is the real one, and every changed field names
+    /// the override that set it last (the Localization at 600 sets replicas after the one at
+    /// 300 did).
+    #[test]
+    fn explained_rendering_names_the_override_of_each_field() {
+        let globs = [globalization()];
+        let locs = localizations();
+        let clusters = [cluster("area1-cluster")];
+        let sourced = crate::pipeline::overrides::sourced_overrides(
+            &globs,
+            &locs,
+            "clusternet-5l82l",
+            MANIFEST_UID,
+            "Deployment",
+            None,
+            &clusters,
+            true,
+        )
+        .expect("valid selectors");
+        let configs: Vec<OverrideConfig> = sourced.iter().map(|s| s.config.clone()).collect();
+        assert_eq!(configs, select(&globs, &locs, &clusters));
+        let (rendered, changes) = render_generic_explained(&nginx(), &sourced).expect("renders");
+        assert_eq!(
+            rendered,
+            render_generic(&nginx(), &configs).expect("renders")
+        );
+
+        let by_path = |p: &str| {
+            changes
+                .iter()
+                .find(|c| c.path == p)
+                .unwrap_or_else(|| panic!("{p} not explained: {changes:?}"))
+        };
+        let replicas = by_path("/spec/replicas");
+        assert_eq!(rendered["spec"]["replicas"], json!(3));
+        assert_eq!(replicas.rule, "scale-and-add-annotations");
+        assert_eq!(replicas.type_, OverrideType::JsonPatch);
+        assert_eq!(replicas.source.kind, "Localization");
+        assert_eq!(
+            replicas.source.name,
+            "nginx-local-overrides-demo-higher-priority"
+        );
+        assert_eq!(replicas.source.priority, 600);
+        let label = by_path("/metadata/labels/some-label");
+        assert_eq!(label.source.kind, "Globalization");
+        assert_eq!(label.source.namespace, None);
+        assert_eq!(
+            by_path("/spec/template/spec/containers/1/image").rule,
+            "inject-new-container"
+        );
+        assert_eq!(
+            by_path("/metadata/annotations/foo").rule,
+            "scale-and-add-annotations"
+        );
+        // the default removals are not an override's doing
+        assert!(changes.iter().all(|c| !c.path.starts_with("/status")));
+        // a label the Globalization added and removed again is not a change
+        assert!(
+            changes
+                .iter()
+                .all(|c| c.path != "/metadata/labels/another-label")
+        );
+    }
 
     #[test]
     fn default_removals() {

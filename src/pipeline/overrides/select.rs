@@ -10,6 +10,27 @@ use super::OverrideError;
 use crate::apis::{Feed, Globalization, Localization, OverrideConfig};
 use crate::kube_ext::labels::Selector;
 
+/// Where an override rule comes from: what the placement what-if names next to a field it set.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OverrideSource {
+    /// `Globalization` or `Localization`.
+    pub kind: String,
+    /// The Localization's namespace (Globalizations are cluster-scoped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    pub name: String,
+    /// The effective priority (unset = 500).
+    pub priority: i32,
+}
+
+/// One override rule with the object it comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SourcedOverride {
+    pub source: OverrideSource,
+    pub config: OverrideConfig,
+}
+
 /// The override rules for one rendered object in one cluster namespace, in application order
 /// (§5.2): matching Globalizations, then matching Localizations of `namespace`, each sorted by
 /// priority (unset = 500), then creation time, then name; objects being deleted are skipped.
@@ -41,7 +62,7 @@ where
     G: Borrow<Globalization>,
     L: Borrow<Localization>,
 {
-    select_overrides(
+    sourced_overrides(
         globalizations,
         localizations,
         namespace,
@@ -51,7 +72,12 @@ where
         clusters_in_namespace_labels,
         false,
     )
+    .map(configs)
     .unwrap_or_default()
+}
+
+fn configs(sourced: Vec<SourcedOverride>) -> Vec<OverrideConfig> {
+    sourced.into_iter().map(|s| s.config).collect()
 }
 
 /// [`applicable_overrides`], but a Globalization with an invalid `clusterAffinity` is an error
@@ -69,7 +95,7 @@ where
     G: Borrow<Globalization>,
     L: Borrow<Localization>,
 {
-    select_overrides(
+    sourced_overrides(
         globalizations,
         localizations,
         namespace,
@@ -79,10 +105,14 @@ where
         clusters_in_namespace_labels,
         true,
     )
+    .map(configs)
 }
 
+/// The rules with each one's Globalization or Localization, for explaining which override set
+/// which field; `strict` as [`try_applicable_overrides`] (an invalid Globalization selector is
+/// an error) or as [`applicable_overrides`] (skipped).
 #[allow(clippy::too_many_arguments)]
-fn select_overrides<G, L>(
+pub fn sourced_overrides<G, L>(
     globalizations: &[G],
     localizations: &[L],
     namespace: &str,
@@ -91,7 +121,7 @@ fn select_overrides<G, L>(
     feed: Option<&Feed>,
     clusters_in_namespace_labels: &[BTreeMap<String, String>],
     strict: bool,
-) -> Result<Vec<OverrideConfig>, OverrideError>
+) -> Result<Vec<SourcedOverride>, OverrideError>
 where
     G: Borrow<Globalization>,
     L: Borrow<Localization>,
@@ -144,13 +174,40 @@ where
         .collect();
     locs.sort_by_key(|l| order_key(l.spec.effective_priority(), &l.metadata));
 
+    let sourced =
+        |kind: &str, meta: &kube::api::ObjectMeta, priority: i32, rules: &[OverrideConfig]| {
+            let source = OverrideSource {
+                kind: kind.to_owned(),
+                namespace: meta.namespace.clone(),
+                name: meta.name.clone().unwrap_or_default(),
+                priority,
+            };
+            rules
+                .iter()
+                .map(|config| SourcedOverride {
+                    source: source.clone(),
+                    config: config.clone(),
+                })
+                .collect::<Vec<_>>()
+        };
     // Globalizations first, so any Localization (applied later) wins over any Globalization.
-    Ok(globs
-        .iter()
-        .flat_map(|g| g.spec.overrides.iter())
-        .chain(locs.iter().flat_map(|l| l.spec.overrides.iter()))
-        .cloned()
-        .collect())
+    let globs = globs.iter().flat_map(|g| {
+        sourced(
+            "Globalization",
+            &g.metadata,
+            g.spec.effective_priority(),
+            &g.spec.overrides,
+        )
+    });
+    let locs = locs.iter().flat_map(|l| {
+        sourced(
+            "Localization",
+            &l.metadata,
+            l.spec.effective_priority(),
+            &l.spec.overrides,
+        )
+    });
+    Ok(globs.chain(locs).collect())
 }
 
 /// Priority, then creation time, then name. Upstream compares only the seconds field of the
