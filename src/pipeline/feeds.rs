@@ -83,6 +83,32 @@ pub fn find<'a>(
     found
 }
 
+/// The Manifest the shadow API stores for `template` (labels from its apiVersion, kind, name and
+/// namespace; named `<kind>s.<namespace>.<name>` in clusternet-reserved), for unit tests.
+#[cfg(test)]
+pub(crate) fn test_manifest(template: serde_json::Value) -> std::sync::Arc<Manifest> {
+    let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
+    let api_version = text(&template["apiVersion"]);
+    let (group, version) = group_version(&api_version);
+    let kind = text(&template["kind"]);
+    let name = text(&template["metadata"]["name"]);
+    let ns = text(&template["metadata"]["namespace"]);
+    std::sync::Arc::new(
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Manifest",
+            "metadata": {"name": format!("{}s.{ns}.{name}", kind.to_lowercase()),
+                "namespace": "clusternet-reserved",
+                "labels": {"apps.clusternet.io/config.group": group,
+                    "apps.clusternet.io/config.version": version,
+                    "apps.clusternet.io/config.kind": kind,
+                    "apps.clusternet.io/config.name": name,
+                    "apps.clusternet.io/config.namespace": ns}},
+            "template": template
+        }))
+        .expect("a Manifest"),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

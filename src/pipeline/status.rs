@@ -570,20 +570,8 @@ mod tests {
     }
 
     fn manifest() -> Arc<Manifest> {
-        Arc::new(
-            serde_json::from_value(json!({
-                "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Manifest",
-                "metadata": {"name": "deployments.demo.web", "namespace": "clusternet-reserved",
-                    "labels": {"apps.clusternet.io/config.group": "apps",
-                        "apps.clusternet.io/config.version": "v1",
-                        "apps.clusternet.io/config.kind": "Deployment",
-                        "apps.clusternet.io/config.name": "web",
-                        "apps.clusternet.io/config.namespace": "demo"}},
-                "template": {"apiVersion": "apps/v1", "kind": "Deployment",
-                    "metadata": {"name": "web", "namespace": "demo"}}
-            }))
-            .expect("a Manifest"),
-        )
+        crate::pipeline::feeds::test_manifest(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "demo"}}))
     }
 
     fn description(available: i64) -> Arc<Description> {
