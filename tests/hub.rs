@@ -8,13 +8,13 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use clusternet::apis::{Description, ManagedCluster, Manifest, Subscription};
+use clusternet::apis::{Description, Manifest, Subscription};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::{Value, json};
-use support::{Cluster, TestEnv, TestNamespace, register, uid, wait_for};
+use support::{TestEnv, TestNamespace, cluster_id, register, uid, wait_for};
 
 const RESERVED: &str = "clusternet-reserved";
 
@@ -457,17 +457,6 @@ async fn direct_to_hub(port: u16, token: Option<&str>) -> (u16, String) {
         .map(|i| body[i..].to_string())
         .unwrap_or(body);
     (code, body)
-}
-
-async fn cluster_id(parent: &kube::Client, c: &Cluster) -> String {
-    let list = Api::<ManagedCluster>::namespaced(parent.clone(), &c.dedicated)
-        .list(&ListParams::default())
-        .await
-        .expect("ManagedClusters");
-    list.items
-        .first()
-        .map(|m| m.spec.cluster_id.clone())
-        .expect("a ManagedCluster")
 }
 
 async fn proxied_version(parent: &kube::Client, id: &str) -> (u16, String) {

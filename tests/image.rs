@@ -11,11 +11,11 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use clusternet::apis::{ManagedCluster, Subscription};
+use clusternet::apis::Subscription;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
-use support::{Launcher, TestEnv, TestNamespace, register_with, uid, wait_for};
+use support::{Launcher, TestEnv, TestNamespace, cluster_id, register_with, uid, wait_for};
 
 /// The tests' own tag, so a run never replaces an image `just image` built.
 const TAG: &str = "localhost/clusternet:test";
@@ -175,17 +175,9 @@ async fn every_role_runs_from_the_image() {
     let c = &clusters[0];
 
     // the hub: the tunnel the agent opened carries a request into the child
-    let mc = Api::<ManagedCluster>::namespaced(parent.clone(), &c.dedicated)
-        .list(&ListParams::default())
-        .await
-        .expect("ManagedClusters")
-        .items
-        .into_iter()
-        .next()
-        .expect("the ManagedCluster");
     let path = format!(
         "/apis/proxies.clusternet.io/v1alpha1/sockets/{}/proxy/direct/version",
-        mc.spec.cluster_id
+        cluster_id(&parent, c).await
     );
     wait_for(
         "the tunnel from the image's agent through the image's hub",

@@ -241,17 +241,7 @@ async fn schedule_recorded(
     inventory: Option<&FeedInventory>,
     rec: &mut Recorder<'_>,
 ) -> Result<ScheduleResult, ScheduleError> {
-    if clusters.is_empty() {
-        return Err(ScheduleError::NoClustersAvailable);
-    }
     let strategy = sub.spec.effective_scheduling_strategy();
-    let dividing = strategy == SchedulingStrategy::Dividing;
-    let inventory = match (dividing, inventory) {
-        (true, None) => return Err(ScheduleError::MissingFeedInventory(subscription_key(sub))),
-        (true, Some(inv)) => Some(inv),
-        (false, _) => None,
-    };
-
     let mut sorted: Vec<(String, &ManagedCluster)> = clusters
         .iter()
         .map(|c| (cluster_key(c.borrow()), c.borrow()))
@@ -261,6 +251,15 @@ async fn schedule_recorded(
         let keys: Vec<String> = sorted.iter().map(|(k, _)| k.clone()).collect();
         rec.start(format!("{strategy:?}"), &keys);
     }
+    if clusters.is_empty() {
+        return Err(ScheduleError::NoClustersAvailable);
+    }
+    let dividing = strategy == SchedulingStrategy::Dividing;
+    let inventory = match (dividing, inventory) {
+        (true, None) => return Err(ScheduleError::MissingFeedInventory(subscription_key(sub))),
+        (true, Some(inv)) => Some(inv),
+        (false, _) => None,
+    };
     let fit_error = |diagnosis| {
         ScheduleError::Fit(FitError {
             num_all_clusters: clusters.len(),
@@ -281,13 +280,7 @@ async fn schedule_recorded(
             return Err(failure.into());
         }
         for (key, _) in &candidates {
-            rec.verdict(
-                key,
-                Verdict::Filtered {
-                    plugin: failure.plugin.clone(),
-                    reasons: failure.status.reasons().to_vec(),
-                },
-            );
+            rec.rejected(key, &failure);
         }
         let diagnosis = candidates
             .iter()
@@ -328,7 +321,7 @@ async fn schedule_recorded(
         fwk.run_pre_predict(state, sub, inv, &feasible_refs)?;
         let predictions = fwk.run_predict(state, sub, inv, &feasible_refs).await?;
         for ((score, _), prediction) in scored.iter_mut().zip(predictions) {
-            rec.predicted(&score.namespaced_name, prediction.clone());
+            rec.predicted(&score.namespaced_name, &prediction);
             score.max_available_replicas = prediction;
         }
     }
@@ -445,13 +438,7 @@ fn filter<'a>(
                 feasible.push((key.clone(), *cluster));
             }
             Ok(Err(rejected)) => {
-                rec.verdict(
-                    key,
-                    Verdict::Filtered {
-                        plugin: rejected.plugin.clone(),
-                        reasons: rejected.status.reasons().to_vec(),
-                    },
-                );
+                rec.rejected(key, &rejected);
                 diagnosis.insert(key.clone(), rejected.status);
             }
             Err(failure) => {

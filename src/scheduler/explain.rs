@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use crate::apis::{ManagedCluster, Manifest, Subscription};
 use crate::pipeline::feedinventory::{desired_inventory, plan_inventory};
 use crate::scheduler::algorithm::{FilterOffset, schedule_explained};
-use crate::scheduler::framework::{CycleState, Framework};
+use crate::scheduler::framework::{CycleState, Framework, PluginFailure};
 
 /// The placement what-if for `sub` (which may not exist yet) over the parent's current state:
 /// the FeedInventory the controller would write for it (from the same Manifests, by the same
@@ -40,18 +40,18 @@ pub async fn what_if(
     let mut sub = sub.clone();
     // a Subscription read from a file has not been through the API server's defaulting
     sub.spec.apply_crd_defaults();
-    let strategy = format!("{:?}", sub.spec.effective_scheduling_strategy());
     let inventory = match plan_inventory(&sub, reserved_ns, manifests) {
         Ok(spec) => spec.map(|spec| desired_inventory(&sub, spec)),
         Err(e) => {
             return Explanation {
-                strategy,
+                strategy: format!("{:?}", sub.spec.effective_scheduling_strategy()),
                 error: Some(e.to_string()),
                 ..Explanation::default()
             };
         }
     };
     let mut explanation = Explanation::default();
+    // the result is in the explanation (binding, replicas or error)
     let _decided = schedule_explained(
         fwk,
         &CycleState::new(),
@@ -62,10 +62,6 @@ pub async fn what_if(
         Some(&mut explanation),
     )
     .await;
-    if explanation.strategy.is_empty() {
-        // the cycle stopped before looking at a cluster (no ManagedCluster at all)
-        explanation.strategy = strategy;
-    }
     explanation
 }
 
@@ -215,7 +211,7 @@ impl Explanation {
 }
 
 /// Fills an [`Explanation`] when there is one to fill; the real scheduling cycle passes none and
-/// pays nothing but a branch per step.
+/// pays nothing but a branch per step (values are copied inside, only when recording).
 pub(crate) struct Recorder<'a>(pub(crate) Option<&'a mut Explanation>);
 
 impl Recorder<'_> {
@@ -258,9 +254,20 @@ impl Recorder<'_> {
         }
     }
 
-    pub(crate) fn predicted(&mut self, cluster: &str, predicted: Vec<Option<i32>>) {
+    /// A filter (or pre-filter) plugin turned the cluster down; the verdict is built only when
+    /// recording, so the live cycle copies nothing.
+    pub(crate) fn rejected(&mut self, cluster: &str, failure: &PluginFailure) {
         if let Some(c) = self.entry(cluster) {
-            c.predicted = Some(predicted);
+            c.verdict = Verdict::Filtered {
+                plugin: failure.plugin.clone(),
+                reasons: failure.status.reasons().to_vec(),
+            };
+        }
+    }
+
+    pub(crate) fn predicted(&mut self, cluster: &str, predicted: &[Option<i32>]) {
+        if let Some(c) = self.entry(cluster) {
+            c.predicted = Some(predicted.to_vec());
         }
     }
 

@@ -759,6 +759,18 @@ pub async fn install_app_deployer(child: &kube::Client, ns: &str) {
         .await;
 }
 
+/// The cluster ID (`spec.clusterId`) of a registered cluster's ManagedCluster.
+pub async fn cluster_id(parent: &kube::Client, c: &Cluster) -> String {
+    let list = Api::<ManagedCluster>::namespaced(parent.clone(), &c.dedicated)
+        .list(&ListParams::default())
+        .await
+        .expect("ManagedClusters");
+    list.items
+        .first()
+        .map(|m| m.spec.cluster_id.clone())
+        .expect("a ManagedCluster")
+}
+
 /// Registers one agent per child in `children`, labelled `e2e=<id>` plus `extra_labels[i]`.
 pub async fn register(
     env: &TestEnv,

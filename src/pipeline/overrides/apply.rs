@@ -183,9 +183,13 @@ pub fn render_generic_explained(
     for sourced in overrides {
         let before = g.as_value().cloned().unwrap_or(Value::Null);
         apply_rule(&mut g, &mut c, &sourced.config)?;
-        let after = g.as_value().cloned().unwrap_or(Value::Null);
         let mut paths = Vec::new();
-        changed_paths(&before, &after, String::new(), &mut paths);
+        changed_paths(
+            &before,
+            g.as_value().unwrap_or(&Value::Null),
+            String::new(),
+            &mut paths,
+        );
         for path in paths {
             let change = FieldChange {
                 path: path.clone(),
@@ -222,22 +226,17 @@ fn changed_paths(a: &Value, b: &Value, at: String, out: &mut Vec<String>) {
         (Value::Object(x), Value::Object(y)) => {
             let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
             for k in keys {
-                let null = Value::Null;
                 let (va, vb) = (x.get(k), y.get(k));
                 if va == vb {
                     continue;
                 }
                 let path = format!("{at}/{}", escape(k));
-                match (va, vb) {
-                    (Some(va), Some(vb)) => changed_paths(va, vb, path, out),
-                    (Some(v), None) | (None, Some(v)) => {
-                        if v.is_object() || v.is_array() {
-                            changed_paths(v, &null, path, out);
-                        } else {
-                            out.push(path);
-                        }
-                    }
-                    (None, None) => {}
+                // a missing key compares as null: the arms below descend into the other side
+                let null = Value::Null;
+                match (va.unwrap_or(&null), vb.unwrap_or(&null)) {
+                    // an explicit null on one side only
+                    (Value::Null, Value::Null) => out.push(path),
+                    (va, vb) => changed_paths(va, vb, path, out),
                 }
             }
         }
@@ -269,60 +268,58 @@ fn changed_paths(a: &Value, b: &Value, at: String, out: &mut Vec<String>) {
 
 /// One override rule applied to the generic document `g` and the chart document `c`.
 fn apply_rule(g: &mut Doc, c: &mut Doc, rule: &OverrideConfig) -> Result<(), OverrideError> {
-    {
-        if rule.value.trim().is_empty() {
+    if rule.value.trim().is_empty() {
+        return Ok(());
+    }
+    let fail = |reason: String| OverrideError::Rule {
+        name: rule.name.clone(),
+        type_: rule.type_,
+        reason,
+    };
+    let value = parse_value(&rule.value)
+        .map_err(|e| fail(format!("value is neither JSON nor YAML: {e}")))?;
+
+    // The first override of a blank document becomes the document.
+    if rule.override_chart {
+        if c.is_blank() {
+            *c = Doc::Json(value);
             return Ok(());
         }
-        let fail = |reason: String| OverrideError::Rule {
-            name: rule.name.clone(),
-            type_: rule.type_,
-            reason,
-        };
-        let value = parse_value(&rule.value)
-            .map_err(|e| fail(format!("value is neither JSON nor YAML: {e}")))?;
+    } else if g.is_blank() && rule.type_ != OverrideType::JsonPatch {
+        *g = Doc::Json(value);
+        return Ok(());
+    }
 
-        // The first override of a blank document becomes the document.
-        if rule.override_chart {
-            if c.is_blank() {
-                *c = Doc::Json(value);
-                return Ok(());
-            }
-        } else if g.is_blank() && rule.type_ != OverrideType::JsonPatch {
-            *g = Doc::Json(value);
-            return Ok(());
+    match rule.type_ {
+        OverrideType::Helm if rule.override_chart => {
+            let chart = c.json_mut(CHART_DOC)?.ok_or_else(|| fail(no_document()))?;
+            merge_patch(chart, &value).map_err(fail)?;
         }
-
-        match rule.type_ {
-            OverrideType::Helm if rule.override_chart => {
-                let chart = c.json_mut(CHART_DOC)?.ok_or_else(|| fail(no_document()))?;
-                merge_patch(chart, &value).map_err(fail)?;
-            }
-            OverrideType::Helm => {
-                let values = g
-                    .json_mut(GENERIC_DOC)?
-                    .ok_or_else(|| fail(no_document()))?;
-                coalesce_helm_values(values, value).map_err(fail)?;
-            }
-            OverrideType::JsonPatch => {
-                // A blank document stays blank; the patch is not even decoded (upstream order).
-                if let Some(doc) = g.json_mut(GENERIC_DOC)? {
-                    json_patch_doc(doc, value).map_err(fail)?;
-                }
-            }
-            OverrideType::MergePatch => {
-                let doc = g
-                    .json_mut(GENERIC_DOC)?
-                    .ok_or_else(|| fail(no_document()))?;
-                merge_patch(doc, &value).map_err(fail)?;
-            }
-            OverrideType::FieldJsonPatch | OverrideType::FieldMergePatch => {
-                let doc = g
-                    .json_mut(GENERIC_DOC)?
-                    .ok_or_else(|| fail(no_document()))?;
-                field_patch(doc, rule, value).map_err(fail)?;
-            } // No "unsupported OverrideType" arm: `OverrideType` is closed, so an unknown type is
-              // already rejected when the Localization/Globalization is decoded.
+        OverrideType::Helm => {
+            let values = g
+                .json_mut(GENERIC_DOC)?
+                .ok_or_else(|| fail(no_document()))?;
+            coalesce_helm_values(values, value).map_err(fail)?;
         }
+        OverrideType::JsonPatch => {
+            // A blank document stays blank; the patch is not even decoded (upstream order).
+            if let Some(doc) = g.json_mut(GENERIC_DOC)? {
+                json_patch_doc(doc, value).map_err(fail)?;
+            }
+        }
+        OverrideType::MergePatch => {
+            let doc = g
+                .json_mut(GENERIC_DOC)?
+                .ok_or_else(|| fail(no_document()))?;
+            merge_patch(doc, &value).map_err(fail)?;
+        }
+        OverrideType::FieldJsonPatch | OverrideType::FieldMergePatch => {
+            let doc = g
+                .json_mut(GENERIC_DOC)?
+                .ok_or_else(|| fail(no_document()))?;
+            field_patch(doc, rule, value).map_err(fail)?;
+        } // No "unsupported OverrideType" arm: `OverrideType` is closed, so an unknown type is
+          // already rejected when the Localization/Globalization is decoded.
     }
     Ok(())
 }

@@ -62,7 +62,7 @@ where
     G: Borrow<Globalization>,
     L: Borrow<Localization>,
 {
-    sourced_overrides(
+    select_rules(
         globalizations,
         localizations,
         namespace,
@@ -76,8 +76,8 @@ where
     .unwrap_or_default()
 }
 
-fn configs(sourced: Vec<SourcedOverride>) -> Vec<OverrideConfig> {
-    sourced.into_iter().map(|s| s.config).collect()
+fn configs(rules: Vec<Rule<'_>>) -> Vec<OverrideConfig> {
+    rules.into_iter().map(|r| r.config.clone()).collect()
 }
 
 /// [`applicable_overrides`], but a Globalization with an invalid `clusterAffinity` is an error
@@ -95,7 +95,7 @@ where
     G: Borrow<Globalization>,
     L: Borrow<Localization>,
 {
-    sourced_overrides(
+    select_rules(
         globalizations,
         localizations,
         namespace,
@@ -122,6 +122,54 @@ pub fn sourced_overrides<G, L>(
     clusters_in_namespace_labels: &[BTreeMap<String, String>],
     strict: bool,
 ) -> Result<Vec<SourcedOverride>, OverrideError>
+where
+    G: Borrow<Globalization>,
+    L: Borrow<Localization>,
+{
+    let rules = select_rules(
+        globalizations,
+        localizations,
+        namespace,
+        feed_uid,
+        feed_kind,
+        feed,
+        clusters_in_namespace_labels,
+        strict,
+    )?;
+    Ok(rules
+        .into_iter()
+        .map(|r| SourcedOverride {
+            source: OverrideSource {
+                kind: r.kind.to_owned(),
+                namespace: r.meta.namespace.clone(),
+                name: r.meta.name.clone().unwrap_or_default(),
+                priority: r.priority,
+            },
+            config: r.config.clone(),
+        })
+        .collect())
+}
+
+/// One selected rule, borrowed from its Globalization or Localization: the renderer clones
+/// only the rule, the what-if also the object's identity.
+struct Rule<'a> {
+    kind: &'static str,
+    meta: &'a kube::api::ObjectMeta,
+    priority: i32,
+    config: &'a OverrideConfig,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn select_rules<'a, G, L>(
+    globalizations: &'a [G],
+    localizations: &'a [L],
+    namespace: &str,
+    feed_uid: &str,
+    feed_kind: &str,
+    feed: Option<&Feed>,
+    clusters_in_namespace_labels: &[BTreeMap<String, String>],
+    strict: bool,
+) -> Result<Vec<Rule<'a>>, OverrideError>
 where
     G: Borrow<Globalization>,
     L: Borrow<Localization>,
@@ -174,33 +222,25 @@ where
         .collect();
     locs.sort_by_key(|l| order_key(l.spec.effective_priority(), &l.metadata));
 
-    let sourced =
-        |kind: &str, meta: &kube::api::ObjectMeta, priority: i32, rules: &[OverrideConfig]| {
-            let source = OverrideSource {
-                kind: kind.to_owned(),
-                namespace: meta.namespace.clone(),
-                name: meta.name.clone().unwrap_or_default(),
-                priority,
-            };
-            rules
-                .iter()
-                .map(|config| SourcedOverride {
-                    source: source.clone(),
-                    config: config.clone(),
-                })
-                .collect::<Vec<_>>()
-        };
+    let rules = |kind, meta, priority, overrides: &'a [OverrideConfig]| {
+        overrides.iter().map(move |config| Rule {
+            kind,
+            meta,
+            priority,
+            config,
+        })
+    };
     // Globalizations first, so any Localization (applied later) wins over any Globalization.
-    let globs = globs.iter().flat_map(|g| {
-        sourced(
+    let globs = globs.into_iter().flat_map(|g| {
+        rules(
             "Globalization",
             &g.metadata,
             g.spec.effective_priority(),
             &g.spec.overrides,
         )
     });
-    let locs = locs.iter().flat_map(|l| {
-        sourced(
+    let locs = locs.into_iter().flat_map(|l| {
+        rules(
             "Localization",
             &l.metadata,
             l.spec.effective_priority(),
