@@ -170,6 +170,7 @@ fn check_contents(overlay: &str, objects: &[Value]) -> Vec<String> {
         ("Service", "clusternet-hub"),
         ("APIService", "v1alpha1.shadow"),
         ("APIService", "v1alpha1.proxies.clusternet.io"),
+        ("APIService", "v1alpha1.placement.clusternet.io"),
         ("ClusterRole", "clusternet:system:bootstrapping"),
     ] {
         need(

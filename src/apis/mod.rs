@@ -30,6 +30,7 @@ pub mod hash;
 pub mod known;
 pub mod mcs;
 mod omitempty;
+pub mod placement;
 pub mod proxies;
 pub mod schema;
 pub(crate) mod string_enum;

@@ -1,11 +1,12 @@
-//! Discovery and OpenAPI documents of the hub's two groups, so that the parent's aggregator can
+//! Discovery and OpenAPI documents of the hub's three groups, so that the parent's aggregator can
 //! list them and `kubectl api-resources` / `kubectl explain sockets` work: `proxies.clusternet.io/
-//! v1alpha1` (the `sockets` resource and its `proxy` subresource) and `shadow/v1alpha1` (whose
-//! resource list is built by the shadow API itself).
+//! v1alpha1` (the `sockets` resource and its `proxy` subresource), `shadow/v1alpha1` (whose
+//! resource list is built by the shadow API itself) and `placement.clusternet.io/v1alpha1` (the
+//! create-only `placementreviews`).
 
 use serde_json::{Value, json};
 
-use crate::apis::proxies;
+use crate::apis::{placement, proxies};
 
 pub const SHADOW_GROUP: &str = "shadow";
 pub const SHADOW_VERSION: &str = "v1alpha1";
@@ -27,6 +28,7 @@ pub fn api_group_list(shadow: bool) -> Value {
     if shadow {
         groups.push(api_group(SHADOW_GROUP, SHADOW_VERSION));
     }
+    groups.push(api_group(placement::GROUP, placement::VERSION));
     for g in &mut groups {
         if let Some(o) = g.as_object_mut() {
             o.remove("kind");
@@ -64,6 +66,74 @@ pub fn proxies_resources() -> Value {
     })
 }
 
+/// `GET /apis/placement.clusternet.io/v1alpha1`.
+pub fn placement_resources() -> Value {
+    json!({
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": placement::API_VERSION,
+        "resources": [{
+            "name": placement::RESOURCE,
+            "singularName": placement::SINGULAR,
+            "namespaced": true,
+            "kind": placement::KIND,
+            // a review, answered and never stored
+            "verbs": ["create"],
+            "categories": [proxies::SOCKET_CATEGORY],
+        }]
+    })
+}
+
+const PLACEMENT_SCHEMA: &str = "io.clusternet.apis.placement.v1alpha1.PlacementReview";
+
+fn placement_schema() -> Value {
+    let open = |description: &str| json!({"description": description, "type": "object", "x-kubernetes-preserve-unknown-fields": true});
+    json!({
+        "description": "PlacementReview asks where a Subscription would be placed and why: create it with spec.subscription (a Subscription, which need not exist) or spec.subscriptionName (an existing one in the review's namespace); the answer is the same object with its status filled in. Nothing is stored or changed.",
+        "type": "object",
+        "properties": {
+            "apiVersion": {"description": "APIVersion defines the versioned schema of this representation of an object.", "type": "string"},
+            "kind": {"description": "Kind is a string value representing the REST resource this object represents.", "type": "string"},
+            "metadata": open("Standard object metadata."),
+            "spec": {
+                "description": "What to explain.",
+                "type": "object",
+                "properties": {
+                    "subscription": open("A Subscription as it would be applied."),
+                    "subscriptionName": {"description": "The name of an existing Subscription in the review's namespace.", "type": "string"},
+                    "showObjects": {"description": "Also render the objects each selected child would receive, with the override that set each changed field.", "type": "boolean"},
+                },
+            },
+            "status": open("The explanation: one verdict per ManagedCluster (the step it left at and why, its prediction and score), the binding and replicas, and the rendered objects when asked."),
+        },
+        "x-kubernetes-group-version-kind": [{"group": placement::GROUP, "kind": placement::KIND, "version": placement::VERSION}],
+    })
+}
+
+pub fn openapi_v3_placement() -> Value {
+    let gvk =
+        json!({"group": placement::GROUP, "version": placement::VERSION, "kind": placement::KIND});
+    let schema = json!({"$ref": format!("#/components/schemas/{PLACEMENT_SCHEMA}")});
+    json!({
+        "openapi": "3.0.0",
+        "info": {"title": "Clusternet", "version": crate::VERSION},
+        "paths": {
+            format!("/apis/{}/namespaces/{{namespace}}/{}", placement::API_VERSION, placement::RESOURCE): {
+                "post": {
+                    "description": "create a PlacementReview",
+                    "operationId": "createPlacementV1alpha1NamespacedPlacementReview",
+                    "requestBody": {"content": {"application/json": {"schema": schema.clone()}}, "required": true},
+                    "responses": {"201": {"description": "Created", "content": {"application/json": {"schema": schema}}}},
+                    "x-kubernetes-action": "post",
+                    "x-kubernetes-group-version-kind": gvk,
+                },
+                "parameters": [{"name": "namespace", "in": "path", "required": true, "schema": {"type": "string"}, "description": "object name and auth scope, such as for teams and projects"}],
+            },
+        },
+        "components": {"schemas": {PLACEMENT_SCHEMA: placement_schema()}},
+    })
+}
+
 const SOCKET_SCHEMA: &str = "io.clusternet.apis.proxies.v1alpha1.Socket";
 
 fn socket_schema() -> Value {
@@ -85,7 +155,7 @@ pub fn openapi_v2() -> Value {
         "swagger": "2.0",
         "info": {"title": "Clusternet", "version": crate::VERSION},
         "paths": {},
-        "definitions": {SOCKET_SCHEMA: socket_schema()},
+        "definitions": {SOCKET_SCHEMA: socket_schema(), PLACEMENT_SCHEMA: placement_schema()},
     })
 }
 
@@ -151,6 +221,7 @@ pub fn openapi_v3_index(shadow: bool) -> Value {
     if shadow {
         add(SHADOW_GROUP_VERSION, &openapi_v3_shadow());
     }
+    add(placement::API_VERSION, &openapi_v3_placement());
     json!({"paths": paths})
 }
 

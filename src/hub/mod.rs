@@ -1,7 +1,8 @@
 //! The hub: Clusternet's aggregated API server in the parent. It serves
 //! `proxies.clusternet.io/v1alpha1` (the agents' reverse WebSocket tunnels and the `sockets/proxy`
-//! path into children behind NAT) and `shadow/v1alpha1` (plain Kubernetes objects stored as
-//! Manifest templates), registered in the parent by two APIServices. It stores nothing itself:
+//! path into children behind NAT), `shadow/v1alpha1` (plain Kubernetes objects stored as
+//! Manifest templates) and `placement.clusternet.io/v1alpha1` (the placement what-if),
+//! registered in the parent by three APIServices. It stores nothing itself:
 //! identities come from the parent's front proxy, decisions from SubjectAccessReviews, and state
 //! lives in the parent (hub.md).
 
@@ -10,6 +11,7 @@ pub mod authz;
 pub mod body;
 pub mod discovery;
 pub mod peers;
+pub mod placement;
 pub mod proxies;
 pub mod server;
 pub mod shadow;
@@ -55,6 +57,8 @@ pub struct Hub {
     pub authz: Authorizer,
     /// `None` when the ShadowAPI gate is off.
     pub shadow: Option<Arc<shadow::ShadowApi>>,
+    /// `placement.clusternet.io`: the placement what-if.
+    pub placement: placement::PlacementApi,
     pub socket_connection: bool,
 }
 
@@ -123,6 +127,7 @@ pub async fn start(rt: &Runtime) -> Result<(Arc<Hub>, SocketAddr), HubError> {
         tokens: TokenAuthenticator::new(rt.client.clone()),
         authz: Authorizer::new(rt.client.clone()),
         shadow,
+        placement: placement::PlacementApi::new(rt),
         socket_connection: cfg.gate(known::SOCKET_CONNECTION),
     });
     {

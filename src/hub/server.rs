@@ -242,6 +242,9 @@ fn routes(hub: Arc<Hub>) -> Routes {
                     (discovery::SHADOW_GROUP, discovery::SHADOW_VERSION) if h.shadow.is_some() => {
                         Ok(discovery::openapi_v3_shadow())
                     }
+                    (crate::apis::placement::GROUP, crate::apis::placement::VERSION) => {
+                        Ok(discovery::openapi_v3_placement())
+                    }
                     _ => Err(ApiError::not_found_path(&format!(
                         "/openapi/v3/apis/{group}/{version}"
                     ))),
@@ -279,6 +282,52 @@ fn routes(hub: Arc<Hub>) -> Routes {
                 })
             },
         );
+    let placement_group = warp::path!("apis" / "placement.clusternet.io")
+        .and(get())
+        .and(with_hub.clone())
+        .map(|hub: Arc<Hub>| {
+            discovery_reply(&hub, |_| {
+                Ok(discovery::api_group(
+                    crate::apis::placement::GROUP,
+                    crate::apis::placement::VERSION,
+                ))
+            })
+        });
+    let placement_version = warp::path!("apis" / "placement.clusternet.io" / "v1alpha1")
+        .and(get())
+        .and(with_hub.clone())
+        .map(|hub: Arc<Hub>| discovery_reply(&hub, |_| Ok(discovery::placement_resources())));
+    let placement_api = warp::path("apis")
+        .and(warp::path("placement.clusternet.io"))
+        .and(warp::path("v1alpha1"))
+        .and(warp::path::tail())
+        .and(warp::method())
+        .and(warp::header::headers_cloned())
+        .and(warp::body::bytes())
+        .and(with_hub.clone())
+        .and(warp::ext::get::<Caller>())
+        .and_then(
+            |tail: warp::path::Tail,
+             method: Method,
+             headers: http::HeaderMap,
+             body: Bytes,
+             hub: Arc<Hub>,
+             caller: Caller| async move {
+                let answer = super::placement::handle(
+                    &hub,
+                    &caller.0,
+                    &method,
+                    tail.as_str(),
+                    &headers,
+                    &body,
+                )
+                .await;
+                Ok::<_, Infallible>(match answer {
+                    Ok((code, v)) => reply(code, &v),
+                    Err(e) => reply_error(e),
+                })
+            },
+        );
     let not_found = warp::path::full()
         .map(|p: warp::path::FullPath| reply_error(ApiError::not_found_path(p.as_str())));
     apis.or(proxies_group)
@@ -296,6 +345,12 @@ fn routes(hub: Arc<Hub>) -> Routes {
         .or(openapi_v3_gv)
         .unify()
         .or(shadow_api)
+        .unify()
+        .or(placement_group)
+        .unify()
+        .or(placement_version)
+        .unify()
+        .or(placement_api)
         .unify()
         .or(not_found)
         .unify()

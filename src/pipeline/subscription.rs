@@ -648,7 +648,11 @@ pub fn plan_localizations(
     Ok(changes)
 }
 
-fn replica_localization_spec(feed: &crate::apis::Feed, path: &str, count: i32) -> LocalizationSpec {
+pub(crate) fn replica_localization_spec(
+    feed: &crate::apis::Feed,
+    path: &str,
+    count: i32,
+) -> LocalizationSpec {
     LocalizationSpec {
         override_policy: Some(OverridePolicy::ApplyNow),
         overrides: vec![OverrideConfig {

@@ -16,6 +16,7 @@
 
 pub mod args;
 pub mod kubeconfig;
+pub mod placement;
 pub mod proxy;
 pub mod rewrite;
 
@@ -50,6 +51,8 @@ pub enum PluginError {
     Client(String),
     #[error("cannot start the local proxy: {0}")]
     Listen(#[source] std::io::Error),
+    #[error("{0}")]
+    Placement(String),
     #[error("cannot start the tokio runtime: {0}")]
     Runtime(#[source] std::io::Error),
     #[error("cannot run {path}: {source}")]
@@ -94,6 +97,7 @@ pub fn complete(args: &[OsString]) -> String {
         // the verb: the plugin's own, then kubectl's usual ones
         vec![
             "version",
+            "placement",
             "get",
             "describe",
             "apply",
@@ -148,6 +152,9 @@ fn run(args: &[OsString]) -> Result<ExitCode, PluginError> {
     if args::subcommand(&inv.kubectl_args) == Some(OsStr::new("version")) {
         return Ok(crate::emit(&format!("{}\n", version_json())));
     }
+    if args::subcommand(&inv.kubectl_args) == Some(OsStr::new("placement")) {
+        return run_placement(&inv);
+    }
     if needs_no_cluster(&inv.kubectl_args) {
         // help and completion talk to no server: no kubeconfig is needed (or read)
         let kubectl = find_kubectl()?;
@@ -188,6 +195,43 @@ fn run(args: &[OsString]) -> Result<ExitCode, PluginError> {
     result
 }
 
+/// `kubectl clusternet placement ...`: the plugin's own command, answered by the hub.
+fn run_placement(inv: &Invocation) -> Result<ExitCode, PluginError> {
+    let mut rest: Vec<OsString> = inv.kubectl_args.clone();
+    if let Some(i) = rest.iter().position(|a| a == "placement") {
+        rest.remove(i);
+    }
+    if rest.iter().any(|a| a == "-h" || a == "--help") {
+        return Ok(crate::emit(placement::USAGE));
+    }
+    if inv.own.cluster_id.is_some() || inv.own.child_kubeconfig.is_some() {
+        return Err(PluginError::Placement(
+            "placement asks the parent: --cluster-id and --child-kubeconfig do not apply".into(),
+        ));
+    }
+    let wanted = placement::parse(&rest)
+        .map_err(|e| PluginError::Placement(format!("{e}\n\n{}", placement::USAGE)))?;
+    let config = kubeconfig::load_kubeconfig(&inv.config)?;
+    let parent = kubeconfig::resolve_parent(&config, &inv.config)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(PluginError::Runtime)?;
+    runtime.block_on(async {
+        let config = kube::Config::from_custom_kubeconfig(
+            parent.to_kubeconfig(),
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await
+        .map_err(|e| PluginError::Client(e.to_string()))?;
+        let client =
+            kube::Client::try_from(config).map_err(|e| PluginError::Client(e.to_string()))?;
+        placement::run(client, &wanted, parent.namespace.as_deref())
+            .await
+            .map_err(PluginError::Placement)
+    })
+}
+
 /// The plugin's own flags, printed above kubectl's help.
 const OWN_HELP: &str = "\
 kubectl clusternet: kubectl for Clusternet's parent and child clusters.
@@ -205,6 +249,9 @@ Clusternet flags:
 
 Plugin commands:
   version                              print the plugin's version (no server needed)
+  placement -f FILE | subscription NAME
+                                       explain where a Subscription goes and why, changing
+                                       nothing (see `kubectl clusternet placement --help`)
 
 kubectl's own help follows.
 

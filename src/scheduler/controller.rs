@@ -125,33 +125,34 @@ fn facts_of(c: &ManagedCluster) -> ClusterFacts {
     }
 }
 
-/// The scheduler profiles from `--scheduler-config` (or the defaults); None, logged, when they
-/// cannot be read.
-fn load_profiles(rt: &Runtime) -> Option<Arc<Profiles>> {
+/// The scheduler profiles from `--scheduler-config` (or the defaults), with the predictor client
+/// the scheduler uses; the error says why they cannot be read. The hub's placement what-if
+/// builds the same ones, so it decides with the profiles the scheduler decides with.
+pub fn profiles_for(rt: &Runtime) -> Result<Arc<Profiles>, String> {
     let text = match rt.config.scheduler_config.as_deref() {
-        Some(path) => match std::fs::read_to_string(path) {
-            Ok(t) => Some(t),
-            Err(e) => {
-                error!(path, error = %e, "cannot read the scheduler configuration; not scheduling");
-                return None;
-            }
-        },
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read the scheduler configuration {path}: {e}"))?,
+        ),
         None => None,
     };
     let registry = Registry::in_tree(Arc::new(HttpPredictor {
         parent: rt.client.clone(),
     }));
-    match Profiles::from_yaml(
+    Profiles::from_yaml(
         text.as_deref(),
         &registry,
         rt.config.gate(known::FEASIBLE_CLUSTERS_TOLERATION),
-    ) {
-        Ok((_, p)) => Some(Arc::new(p)),
-        Err(e) => {
-            error!(error = %e, "invalid scheduler configuration; not scheduling");
-            None
-        }
-    }
+    )
+    .map(|(_, p)| Arc::new(p))
+    .map_err(|e| format!("invalid scheduler configuration: {e}"))
+}
+
+/// [`profiles_for`], logged; None when they cannot be read.
+fn load_profiles(rt: &Runtime) -> Option<Arc<Profiles>> {
+    profiles_for(rt)
+        .inspect_err(|e| error!(error = %e, "not scheduling"))
+        .ok()
 }
 
 /// What the scheduler reads, from the shared cache.

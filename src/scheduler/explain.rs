@@ -136,7 +136,14 @@ impl Verdict {
         match self {
             Verdict::Deleting => "dropped: being deleted".into(),
             Verdict::AffinityMissed { terms } => {
-                format!("dropped by clusterAffinity: {}", terms.join("; "))
+                // several subscribers often miss on the same term: say it once
+                let mut unique: Vec<&str> = Vec::new();
+                for t in terms {
+                    if !unique.contains(&t.as_str()) {
+                        unique.push(t);
+                    }
+                }
+                format!("dropped by clusterAffinity: {}", unique.join("; "))
             }
             Verdict::Filtered { plugin, reasons } => match plugin {
                 Some(p) => format!("dropped by {p}: {}", reasons.join(", ")),
@@ -327,7 +334,10 @@ mod tests {
             "dropped by TaintToleration: cluster(s) had untolerated taint {tier: bronze}"
         );
         let missed = Verdict::AffinityMissed {
-            terms: vec!["tier in (bronze,gold)".into()],
+            terms: vec![
+                "tier in (bronze,gold)".into(),
+                "tier in (bronze,gold)".into(),
+            ],
         };
         assert_eq!(
             missed.summary(),

@@ -37,9 +37,9 @@ HUB_PORT=${HUB_PORT:-9443}
 say "starting clusternet --role=hub,scheduler,controller against the parent (hub on 127.0.0.1:$HUB_PORT)"
 start_bg clusternet-parent --role=hub,scheduler,controller --kubeconfig="$DIR/parent.kubeconfig" \
   --bind-address=127.0.0.1 --secure-port="$HUB_PORT"
-say "registering the hub with the parent's aggregator (APIServices proxies.clusternet.io, shadow)"
+say "registering the hub with the parent's aggregator (APIServices proxies.clusternet.io, shadow, placement.clusternet.io)"
 K8S_BIN="$BIN" bash "$here/hub-register.sh" "$DIR/parent.kubeconfig" "$HUB_PORT"
-for svc in v1alpha1.proxies.clusternet.io v1alpha1.shadow; do
+for svc in v1alpha1.proxies.clusternet.io v1alpha1.shadow v1alpha1.placement.clusternet.io; do
   kubectl --kubeconfig "$DIR/parent.kubeconfig" wait --for=condition=Available "apiservice/$svc" --timeout=60s >/dev/null
 done
 # the kubectl plugin is this same binary under the name kubectl-clusternet

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Registers a hub serving on 127.0.0.1:PORT with a test/demo parent: an ExternalName Service
 # clusternet-system/clusternet-hub pointing at the loopback address (the parent's aggregator dials
-# it from the same machine) and upstream's two APIServices. `--delete` removes the APIServices
+# it from the same machine) upstream's two APIServices and placement.clusternet.io's. `--delete` removes the APIServices
 # again: an unavailable aggregated API stalls namespace deletion in the parent.
 # usage: hub-register.sh KUBECONFIG PORT | hub-register.sh KUBECONFIG --delete
 set -euo pipefail
@@ -9,7 +9,7 @@ kc=$1 port=$2
 bin=${K8S_BIN:-$HOME/.cache/clusternet/k8s-v1.36.3}
 kubectl() { "$bin/kubectl" --kubeconfig "$kc" "$@"; }
 if [[ $port == --delete ]]; then
-  kubectl delete apiservice v1alpha1.proxies.clusternet.io v1alpha1.shadow --ignore-not-found >/dev/null
+  kubectl delete apiservice v1alpha1.proxies.clusternet.io v1alpha1.shadow v1alpha1.placement.clusternet.io --ignore-not-found >/dev/null
   exit 0
 fi
 kubectl create namespace clusternet-system --dry-run=client -o yaml | kubectl apply -f - >/dev/null
@@ -41,6 +41,17 @@ spec:
   version: v1alpha1
   groupPriorityMinimum: 1
   versionPriority: 1
+  insecureSkipTLSVerify: true
+  service: {namespace: clusternet-system, name: clusternet-hub, port: $port}
+---
+apiVersion: apiregistration.k8s.io/v1
+kind: APIService
+metadata: {name: v1alpha1.placement.clusternet.io}
+spec:
+  group: placement.clusternet.io
+  version: v1alpha1
+  groupPriorityMinimum: 1000
+  versionPriority: 100
   insecureSkipTLSVerify: true
   service: {namespace: clusternet-system, name: clusternet-hub, port: $port}
 YAML

@@ -992,7 +992,11 @@ impl TestEnv {
                 "registering the hub: {}",
                 String::from_utf8_lossy(&reg.stderr)
             );
-            for name in ["v1alpha1.proxies.clusternet.io", "v1alpha1.shadow"] {
+            for name in [
+                "v1alpha1.proxies.clusternet.io",
+                "v1alpha1.shadow",
+                "v1alpha1.placement.clusternet.io",
+            ] {
                 let ok = Command::new(self.bin("kubectl"))
                     .arg("--kubeconfig")
                     .arg(self.parent_kubeconfig())

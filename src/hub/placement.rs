@@ -1,0 +1,385 @@
+//! `placement.clusternet.io/v1alpha1` (`apis::placement`): the placement what-if, served by the
+//! hub so `kubectl clusternet placement`, the dashboard and scripts share one computation.
+//!
+//! A review reads the parent's current state with the hub's own client and runs the scheduler's
+//! cycle ([`explain::what_if`], the profiles of `--scheduler-config`, the scheduler's predictor
+//! client) and the Base controller's rendering ([`preview::preview_objects`]) over it; it writes
+//! nothing. What the answer reveals is what the caller could read in the parent anyway, so the
+//! caller's own rights are checked first with SubjectAccessReviews: `create placementreviews`
+//! in the namespace, `list managedclusters`, `get subscriptions` for a review by name, and
+//! `list localizations` in each selected cluster's namespace and `list globalizations` for the
+//! rendered objects.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, StatusCode};
+use kube::Api;
+use kube::api::ListParams;
+use serde_json::Value;
+
+use super::Hub;
+use super::authn::UserInfo;
+use super::authz::Attributes;
+use super::shadow::rest::decode_object;
+use super::status::ApiError;
+use crate::apis::placement::{
+    self, CurrentPlacement, PlacementReview, PlacementReviewSpec, PlacementReviewStatus,
+};
+use crate::apis::{
+    Globalization, HelmChart, Localization, ManagedCluster, Manifest, Subscription, known,
+};
+use crate::pipeline::preview::{PreviewState, preview_objects};
+use crate::scheduler::config::Profiles;
+use crate::scheduler::explain::{self, Explanation};
+
+/// The scheduler profiles the reviews decide with, read once at start as the scheduler reads
+/// them; the error is every review's answer when they cannot be read.
+pub struct PlacementApi {
+    profiles: Result<Arc<Profiles>, String>,
+}
+
+impl PlacementApi {
+    pub fn new(rt: &crate::runtime::Runtime) -> Self {
+        PlacementApi {
+            profiles: crate::scheduler::controller::profiles_for(rt),
+        }
+    }
+}
+
+/// One request under `/apis/placement.clusternet.io/v1alpha1/`: `tail` is what follows.
+pub async fn handle(
+    hub: &Hub,
+    user: &UserInfo,
+    method: &Method,
+    tail: &str,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<(StatusCode, Value), ApiError> {
+    let parts: Vec<&str> = tail.split('/').filter(|p| !p.is_empty()).collect();
+    let namespace = match parts.as_slice() {
+        ["namespaces", ns, placement::RESOURCE] => *ns,
+        _ => {
+            return Err(ApiError::not_found_path(&format!(
+                "/apis/{}/{tail}",
+                placement::API_VERSION
+            )));
+        }
+    };
+    if method != Method::POST {
+        return Err(ApiError::method_not_supported(format!(
+            "{} are create-only (POST): a review is answered, never stored",
+            placement::RESOURCE
+        )));
+    }
+    hub.authz
+        .authorize(
+            user,
+            resource_attrs(
+                "create",
+                placement::GROUP,
+                placement::VERSION,
+                placement::RESOURCE,
+                namespace,
+                "",
+            ),
+        )
+        .await?;
+    let mut review = parse_review(decode_object(headers, body)?, namespace)?;
+    let answer = review_placement(hub, user, namespace, &review.spec).await?;
+    review.status = Some(answer);
+    let value = serde_json::to_value(&review)
+        .map_err(|e| ApiError::internal(format!("encoding the review: {e}")))?;
+    Ok((StatusCode::CREATED, value))
+}
+
+fn resource_attrs(
+    verb: &str,
+    group: &str,
+    version: &str,
+    resource: &str,
+    namespace: &str,
+    name: &str,
+) -> Attributes {
+    Attributes::Resource {
+        verb: verb.into(),
+        group: group.into(),
+        version: version.into(),
+        resource: resource.into(),
+        subresource: String::new(),
+        namespace: namespace.into(),
+        name: name.into(),
+    }
+}
+
+/// A `PlacementReview`, or a bare Subscription (what `placement -f subscription.yaml` sends is
+/// wrapped by the command, but a script posting the Subscription itself gets the same answer).
+pub fn parse_review(body: Value, namespace: &str) -> Result<PlacementReview, ApiError> {
+    let kind = body["kind"].as_str().unwrap_or_default().to_string();
+    let api_version = body["apiVersion"].as_str().unwrap_or_default().to_string();
+    let mut review = match kind.as_str() {
+        known::SUBSCRIPTION_KIND => {
+            let sub: Subscription = serde_json::from_value(body)
+                .map_err(|e| ApiError::bad_request(format!("the Subscription is invalid: {e}")))?;
+            PlacementReview {
+                spec: PlacementReviewSpec {
+                    subscription: Some(Box::new(sub)),
+                    ..PlacementReviewSpec::default()
+                },
+                ..PlacementReview::default()
+            }
+        }
+        placement::KIND | "" => {
+            if !api_version.is_empty() && api_version != placement::API_VERSION {
+                return Err(ApiError::bad_request(format!(
+                    "apiVersion {api_version:?} is not {}",
+                    placement::API_VERSION
+                )));
+            }
+            serde_json::from_value(body).map_err(|e| {
+                ApiError::bad_request(format!("the {} is invalid: {e}", placement::KIND))
+            })?
+        }
+        other => {
+            return Err(ApiError::bad_request(format!(
+                "expected a {} (or a Subscription), got kind {other:?}",
+                placement::KIND
+            )));
+        }
+    };
+    review.api_version = placement::API_VERSION.into();
+    review.kind = placement::KIND.into();
+    match review.metadata.namespace.as_deref() {
+        None | Some("") => review.metadata.namespace = Some(namespace.into()),
+        Some(ns) if ns == namespace => {}
+        Some(ns) => {
+            return Err(ApiError::bad_request(format!(
+                "the review's namespace {ns:?} does not match the request's namespace {namespace:?}"
+            )));
+        }
+    }
+    match (
+        &mut review.spec.subscription,
+        review.spec.subscription_name.is_empty(),
+    ) {
+        (Some(_), false) => Err(ApiError::invalid(
+            "spec.subscription and spec.subscriptionName are exclusive: give one",
+        )),
+        (None, true) => Err(ApiError::invalid(
+            "spec.subscription (a Subscription) or spec.subscriptionName (an existing one) is required",
+        )),
+        (Some(sub), true) => {
+            match sub.metadata.namespace.as_deref() {
+                None | Some("") => sub.metadata.namespace = Some(namespace.into()),
+                Some(ns) if ns == namespace => {}
+                Some(ns) => {
+                    return Err(ApiError::bad_request(format!(
+                        "the Subscription's namespace {ns:?} does not match the review's namespace {namespace:?}"
+                    )));
+                }
+            }
+            if sub.metadata.name.as_deref().unwrap_or_default().is_empty() {
+                // the what-if does not need one; the rendered objects' attributions do
+                sub.metadata.name = Some("what-if".into());
+            }
+            Ok(review)
+        }
+        (None, false) => Ok(review),
+    }
+}
+
+async fn review_placement(
+    hub: &Hub,
+    user: &UserInfo,
+    namespace: &str,
+    spec: &PlacementReviewSpec,
+) -> Result<PlacementReviewStatus, ApiError> {
+    let client = hub.rt.client.clone();
+    let apps = |resource: &str, ns: &str, name: &str, verb: &str| {
+        resource_attrs(
+            verb,
+            crate::apis::apps::GROUP,
+            "v1alpha1",
+            resource,
+            ns,
+            name,
+        )
+    };
+    let existing = match &spec.subscription {
+        Some(_) => None,
+        None => {
+            let name = &spec.subscription_name;
+            hub.authz
+                .authorize(user, apps("subscriptions", namespace, name, "get"))
+                .await?;
+            let api: Api<Subscription> = Api::namespaced(client.clone(), namespace);
+            let found = api
+                .get_opt(name)
+                .await
+                .map_err(|e| ApiError::from_kube(&e))?;
+            Some(found.ok_or_else(|| {
+                ApiError::not_found(crate::apis::apps::GROUP, "subscriptions", name)
+            })?)
+        }
+    };
+    let mut sub = match (&spec.subscription, &existing) {
+        (Some(s), _) => (**s).clone(),
+        (None, Some(s)) => s.clone(),
+        (None, None) => return Err(ApiError::internal("no Subscription to review")),
+    };
+    sub.spec.apply_crd_defaults();
+    hub.authz
+        .authorize(
+            user,
+            resource_attrs(
+                "list",
+                crate::apis::clusters::GROUP,
+                "v1beta1",
+                "managedclusters",
+                "",
+                "",
+            ),
+        )
+        .await?;
+    let reserved = hub.rt.config.reserved_namespace.clone();
+    // the hub's own cache of them (it follows them for the tunnel metrics)
+    let clusters: Vec<Arc<ManagedCluster>> = hub.rt.cache.watch::<ManagedCluster>().store.state();
+    let manifests: Vec<Arc<Manifest>> = list(Api::namespaced(client.clone(), &reserved)).await?;
+    let explanation = match &hub.placement.profiles {
+        Err(e) => Explanation {
+            error: Some(e.clone()),
+            ..Explanation::default()
+        },
+        Ok(profiles) => match profiles.for_subscription(&sub) {
+            Some(fwk) => explain::what_if(fwk, &sub, &clusters, &manifests, &reserved).await,
+            None => Explanation {
+                error: Some(format!(
+                    "no scheduler profile handles schedulerName {:?} (profiles: {}): the scheduler leaves this Subscription alone",
+                    sub.spec.effective_scheduler_name(),
+                    profiles.names().collect::<Vec<_>>().join(", ")
+                )),
+                ..Explanation::default()
+            },
+        },
+    };
+    let mut status = PlacementReviewStatus::default();
+    if let Some(live) = &existing {
+        let now = live.status.clone().unwrap_or_default();
+        let current = CurrentPlacement {
+            binding_clusters: now.binding_clusters,
+            replicas: now.replicas,
+        };
+        // a failed attempt leaves the binding as it is, as the scheduler does
+        status.would_change = Some(
+            explanation.error.is_none()
+                && (current.binding_clusters != explanation.binding_clusters
+                    || current.replicas != explanation.replicas),
+        );
+        status.current = Some(current);
+    }
+    if spec.show_objects && explanation.error.is_none() {
+        hub.authz
+            .authorize(user, apps("globalizations", "", "", "list"))
+            .await?;
+        let mut localizations: Vec<Localization> = Vec::new();
+        let mut seen = std::collections::BTreeSet::new();
+        for cluster in &explanation.binding_clusters {
+            let ns = cluster.split('/').next().unwrap_or_default();
+            if !seen.insert(ns.to_string()) {
+                continue;
+            }
+            hub.authz
+                .authorize(user, apps("localizations", ns, "", "list"))
+                .await?;
+            let found: Vec<Arc<Localization>> = list(Api::namespaced(client.clone(), ns)).await?;
+            localizations.extend(found.iter().map(|l| (**l).clone()));
+        }
+        let globalizations: Vec<Globalization> = list(Api::all(client.clone()))
+            .await?
+            .iter()
+            .map(|g: &Arc<Globalization>| (**g).clone())
+            .collect();
+        let mut charts: Vec<Arc<HelmChart>> = Vec::new();
+        for feed in sub.spec.feeds.iter().filter(|f| f.kind == "HelmChart") {
+            let api: Api<HelmChart> = Api::namespaced(client.clone(), &feed.namespace);
+            if let Some(c) = api
+                .get_opt(&feed.name)
+                .await
+                .map_err(|e| ApiError::from_kube(&e))?
+            {
+                charts.push(Arc::new(c));
+            }
+        }
+        let state = PreviewState {
+            reserved_ns: &reserved,
+            manifests: &manifests,
+            charts: &charts,
+            globalizations: &globalizations,
+            localizations: &localizations,
+            clusters: &clusters,
+        };
+        status.objects = preview_objects(
+            &sub,
+            &explanation.binding_clusters,
+            &explanation.replicas,
+            &state,
+        );
+    }
+    status.explanation = explanation;
+    Ok(status)
+}
+
+async fn list<K>(api: Api<K>) -> Result<Vec<Arc<K>>, ApiError>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug + kube::Resource,
+{
+    let items = api
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| ApiError::from_kube(&e))?
+        .items;
+    // objects being deleted stay: the scheduler and the renderer judge them as they do live
+    Ok(items.into_iter().map(Arc::new).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_bare_subscription_is_wrapped_and_takes_the_namespace() {
+        let r = parse_review(
+            json!({"apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Subscription",
+                   "metadata": {"name": "app"},
+                   "spec": {"subscribers": [{"clusterAffinity": {}}], "feeds": []}}),
+            "team",
+        )
+        .expect("review");
+        assert_eq!(r.kind, "PlacementReview");
+        let sub = r.spec.subscription.expect("subscription");
+        assert_eq!(sub.metadata.namespace.as_deref(), Some("team"));
+    }
+
+    #[test]
+    fn bad_reviews_are_refused_with_the_reason() {
+        let e = parse_review(json!({"kind": "PlacementReview", "spec": {}}), "ns").unwrap_err();
+        assert_eq!(e.code, 422);
+        let e = parse_review(json!({"kind": "ConfigMap"}), "ns").unwrap_err();
+        assert_eq!(e.code, 400);
+        let e = parse_review(
+            json!({"kind": "PlacementReview", "spec": {"subscriptionName": "a",
+                   "subscription": {"metadata": {"name": "b"}, "spec": {"subscribers": [], "feeds": []}}}}),
+            "ns",
+        )
+        .unwrap_err();
+        assert!(e.message.contains("exclusive"), "{}", e.message);
+        let e = parse_review(
+            json!({"kind": "PlacementReview", "spec": {"subscription":
+                   {"metadata": {"name": "b", "namespace": "other"}, "spec": {"subscribers": [], "feeds": []}}}}),
+            "ns",
+        )
+        .unwrap_err();
+        assert!(e.message.contains("\"other\""), "{}", e.message);
+    }
+}
