@@ -295,14 +295,7 @@ pub fn render_feeds(
                 Some(feed),
                 scope.cluster_labels,
             );
-            let mut object = serde_json::to_value(chart.as_ref()).unwrap_or_default();
-            // what the API server keeps about the object is not the chart's to carry along
-            if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
-                meta.remove("managedFields");
-            }
-            if let Some(o) = object.as_object_mut() {
-                o.remove("status");
-            }
+            let object = chart_template(chart);
             match overrides::render_helm(&object, &applicable) {
                 Ok(r) => rendered_charts.push(RenderedChart {
                     reference: ChartReference {
@@ -361,6 +354,19 @@ pub fn render_feeds(
     out.objects = objects;
     out.charts = rendered_charts;
     out
+}
+
+/// A HelmChart as the chart overrides see it: what the API server keeps about the object
+/// (managedFields, status) is not the chart's to carry along.
+pub(crate) fn chart_template(chart: &HelmChart) -> Value {
+    let mut object = serde_json::to_value(chart).unwrap_or_default();
+    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("managedFields");
+    }
+    if let Some(o) = object.as_object_mut() {
+        o.remove("status");
+    }
+    object
 }
 
 fn same_object(a: &Value, b: &Value) -> bool {

@@ -9,7 +9,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use kube::ResourceExt;
-use serde_json::Value;
 
 use super::feedinventory::{desired_inventory, plan_inventory};
 use super::feeds;
@@ -166,13 +165,7 @@ fn render_feed(feed: &Feed, scope: &Scope<'_>, state: &PreviewState<'_>) -> Vec<
         }) else {
             return vec![failed(format!("nonexistent {feed}"))];
         };
-        let mut template = serde_json::to_value(chart.as_ref()).unwrap_or_default();
-        if let Some(meta) = template.get_mut("metadata").and_then(Value::as_object_mut) {
-            meta.remove("managedFields");
-        }
-        if let Some(o) = template.as_object_mut() {
-            o.remove("status");
-        }
+        let template = super::base::chart_template(chart);
         let rules =
             match scope.overrides(state, &chart.uid().unwrap_or_default(), "HelmChart", feed) {
                 Ok(r) => r,
@@ -231,7 +224,7 @@ mod tests {
     use super::*;
     use crate::apis::{GlobalizationSpec, LocalizationSpec, OverrideConfig, OverrideType};
     use crate::pipeline::feeds::test_manifest;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     fn cluster(ns: &str, name: &str, labels: &[(&str, &str)]) -> Arc<ManagedCluster> {
         let mut c: ManagedCluster = serde_json::from_value(json!({
