@@ -1,13 +1,17 @@
 //! Scheduling throughput in process: 1,000 Subscriptions (half Replication, half Static dividing
 //! over 6 replicas) against 10, 100 and 1,000 ManagedClusters, through the real framework with
-//! the default profile. Prints decisions per second and p50/p99 latency per decision.
+//! the default profile. Prints decisions per second and p50/p99 latency per decision, as the live
+//! scheduler runs them (recording the explanation that `status.lastDecision` keeps) and without
+//! recording (the cost of the record is the difference).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use clusternet::apis::placement::Explanation;
 use clusternet::apis::{FeedInventory, ManagedCluster, ReplicaRequirements, Subscription};
+use clusternet::scheduler::algorithm::schedule_explained;
 use clusternet::scheduler::framework::{BindOutcome, CycleState};
-use clusternet::scheduler::{FilterOffset, PredictorClient, Profiles, Registry, schedule};
+use clusternet::scheduler::{FilterOffset, PredictorClient, Profiles, Registry};
 use futures::future::BoxFuture;
 use serde_json::json;
 
@@ -73,9 +77,12 @@ async fn main() {
     let registry = Registry::in_tree(Arc::new(NoPredictor));
     let (_, profiles) = Profiles::from_yaml(None, &registry, false).expect("the default profile");
     let subs: Vec<_> = (0..1000).map(subscription).collect();
-    println!("| clusters | decisions/s | p50 | p99 |");
-    println!("|---|---|---|---|");
-    for n in [10, 100, 1000] {
+    println!("| clusters | explanation | decisions/s | p50 | p99 |");
+    println!("|---|---|---|---|---|");
+    for (n, record) in [10, 100, 1000]
+        .into_iter()
+        .flat_map(|n| [(n, true), (n, false)])
+    {
         let clusters: Vec<ManagedCluster> = (0..n).map(cluster).collect();
         let mut offset = FilterOffset::default();
         let mut lat = Vec::with_capacity(subs.len());
@@ -84,9 +91,18 @@ async fn main() {
             let t = Instant::now();
             let fwk = profiles.for_subscription(sub).expect("a profile");
             let state = CycleState::new();
-            let result = schedule(fwk, &state, &mut offset, sub, &clusters, inv.as_ref())
-                .await
-                .expect("schedulable");
+            let mut explanation = Explanation::default();
+            let result = schedule_explained(
+                fwk,
+                &state,
+                &mut offset,
+                sub,
+                &clusters,
+                inv.as_ref(),
+                record.then_some(&mut explanation),
+            )
+            .await
+            .expect("schedulable");
             match fwk
                 .run_bind(&state, sub, &result.suggested)
                 .await
@@ -100,7 +116,8 @@ async fn main() {
         let total = start.elapsed();
         lat.sort();
         println!(
-            "| {n} | {:.0} | {:.3} ms | {:.3} ms |",
+            "| {n} | {} | {:.0} | {:.3} ms | {:.3} ms |",
+            if record { "recorded (live)" } else { "none" },
             subs.len() as f64 / total.as_secs_f64(),
             pct(&lat, 0.5).as_secs_f64() * 1e3,
             pct(&lat, 0.99).as_secs_f64() * 1e3

@@ -8,8 +8,8 @@ mod support;
 use std::time::Duration;
 
 use clusternet::apis::placement::PlacementReview;
+use clusternet::apis::placement::Verdict;
 use clusternet::apis::{Description, ManagedCluster, Subscription};
-use clusternet::scheduler::explain::Verdict;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use support::{Cluster, TestEnv, TestNamespace, create_manifests, register, uid, wait_for};
@@ -188,8 +188,44 @@ async fn explains_affinity_and_taints_then_binds_exactly_that() {
     // and the live one is explained by name, matching its state
     let r = review(env, &["subscription", "tiers", "-n", &ns.name], None);
     let status = r.status.expect("status");
-    assert_eq!(status.current.expect("current").binding_clusters, explained);
     assert_eq!(status.would_change, Some(false));
+    let current = status.current.expect("current");
+    assert_eq!(current.binding_clusters, explained);
+    // the scheduler kept why: gold selected, silver and bronze dropped with their reasons
+    let decided = current.last_decision.expect("the kept decision");
+    let selected: Vec<&str> = decided
+        .selected
+        .iter()
+        .map(|s| s.cluster.as_str())
+        .collect();
+    assert_eq!(selected, [key(gold).as_str()]);
+    let dropped_for = |c: &Cluster| {
+        decided
+            .dropped
+            .iter()
+            .find(|g| g.clusters.contains(&key(c)))
+            .map(|g| g.reason.clone())
+            .unwrap_or_else(|| panic!("{} not in {:?}", key(c), decided.dropped))
+    };
+    assert_eq!(
+        dropped_for(silver),
+        "dropped by clusterAffinity: tier in (bronze,gold)"
+    );
+    assert!(
+        dropped_for(bronze).contains("TaintToleration")
+            && dropped_for(bronze).contains("e2e/maintenance"),
+        "{:?}",
+        decided.dropped
+    );
+    let (ok, table, err) = placement(env, &["subscription", "tiers", "-n", &ns.name], None);
+    assert!(ok, "{err}");
+    for want in [
+        "the scheduler decided that at ",
+        &format!("selected {}", key(gold)),
+        "dropped by clusterAffinity: tier in (bronze,gold) (",
+    ] {
+        assert!(table.contains(want), "{want:?} missing from:\n{table}");
+    }
     // a state change the scheduler has not acted on yet: untainting bronze makes a fresh
     // decision differ until the scheduler catches up
     Api::<ManagedCluster>::namespaced(parent.clone(), &bronze.dedicated)
@@ -207,7 +243,125 @@ async fn explains_affinity_and_taints_then_binds_exactly_that() {
     bound.sort();
     assert_eq!(bound, both);
     let r = review(env, &["subscription", "tiers", "-n", &ns.name], None);
-    assert_eq!(r.status.expect("status").would_change, Some(false));
+    let status = r.status.expect("status");
+    assert_eq!(status.would_change, Some(false));
+    // the new decision replaced the kept one: bronze is selected now, its taint gone from it
+    let decided = status
+        .current
+        .and_then(|c| c.last_decision)
+        .expect("the kept decision");
+    let mut selected: Vec<String> = decided.selected.iter().map(|s| s.cluster.clone()).collect();
+    selected.sort();
+    assert_eq!(selected, both);
+    assert!(
+        decided
+            .dropped
+            .iter()
+            .all(|g| !g.reason.contains("TaintToleration")),
+        "{:?}",
+        decided.dropped
+    );
+}
+
+/// Dynamic dividing: the what-if shows each child's predicted capacity (child1 mostly full: 4
+/// replicas of 1 CPU fit, child3: 16) and the split that follows; applied, the scheduler binds
+/// the same split and keeps the predictions it decided on.
+#[tokio::test]
+async fn dynamic_dividing_shows_each_childs_predicted_capacity() {
+    let env = TestEnv::get();
+    env.with_hub();
+    env.with_controller();
+    let parent = env.parent().await;
+    let id = uid();
+    let _ballast = support::fill_child1(env).await;
+    let (clusters, _) = support::register_with_predictors(env, &id, &[1, 3], "dyn", true).await;
+    let (busy, free) = (&clusters[0], &clusters[1]);
+    let appns = format!("what-if-dyn-{id}");
+    let mut web = deployment(&appns, 6);
+    web["spec"]["template"]["spec"]["containers"][0]["resources"] =
+        json!({"requests": {"cpu": "1", "memory": "64Mi"}});
+    create_manifests(&parent, &[web]).await;
+    let ns = TestNamespace::create(&parent, &env.parent_kubeconfig(), "placement").await;
+    let sub = subscription(
+        "dynamic",
+        &ns.name,
+        json!({
+        "schedulingStrategy": "Dividing",
+        "dividingScheduling": {"type": "Dynamic", "dynamicDividing": {"strategy": "Spread"}},
+        "subscribers": [{"clusterAffinity": {"matchLabels": {"dyn": id}}}],
+        "feeds": [{"apiVersion": "apps/v1", "kind": "Deployment", "namespace": appns, "name": "web"}]}),
+    );
+    let feed_key = format!("apps/v1/Deployment/{appns}/web");
+    // the agents' predictors see the ballast a moment after it is created
+    let explained = wait_for(
+        "the what-if to predict 4 and 16",
+        Duration::from_secs(40),
+        || async {
+            let r = review(env, &[], Some(&sub));
+            let e = r.status.unwrap_or_default().explanation;
+            let predicted = |c: &Cluster| {
+                e.clusters
+                    .iter()
+                    .find(|v| v.cluster == key(c))
+                    .and_then(|v| v.predicted.clone())
+            };
+            match (predicted(busy), predicted(free)) {
+                (Some(a), Some(b)) if a == [Some(4)] && b == [Some(16)] => Ok(e),
+                other => Err(format!("predicted {other:?}")),
+            }
+        },
+    )
+    .await;
+    let split = |binding: &[String], replicas: &[i32], c: &Cluster| {
+        binding
+            .iter()
+            .position(|b| *b == key(c))
+            .and_then(|i| replicas.get(i).copied())
+    };
+    let shares = &explained.replicas[&feed_key];
+    // 6 x 4/20 and 6 x 16/20
+    assert_eq!(split(&explained.binding_clusters, shares, busy), Some(1));
+    assert_eq!(split(&explained.binding_clusters, shares, free), Some(5));
+    let (ok, table, err) = placement(env, &[], Some(&sub));
+    assert!(ok, "{err}");
+    let row = |c: &Cluster| {
+        table
+            .lines()
+            .find(|l| l.starts_with(&key(c)))
+            .unwrap_or_else(|| panic!("no row for {} in:\n{table}", key(c)))
+            .split_whitespace()
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    // CLUSTER SCORE PREDICTED VERDICT...
+    assert_eq!(row(busy)[2], "4", "{table}");
+    assert_eq!(row(free)[2], "16", "{table}");
+
+    let api = create(&parent, &sub).await;
+    let st = status_when(&api, "dynamic", |s| {
+        s.replicas
+            .get(&feed_key)
+            .is_some_and(|r| r.iter().sum::<i32>() == 6)
+    })
+    .await;
+    assert_eq!(st.binding_clusters, explained.binding_clusters);
+    assert_eq!(st.replicas[&feed_key], *shares);
+    let decided = st.last_decision.expect("the kept decision");
+    let predicted: Vec<(String, Option<i32>)> = decided
+        .selected
+        .iter()
+        .map(|s| (s.cluster.clone(), s.predicted.get(&feed_key).copied()))
+        .collect();
+    let mut want = vec![(key(busy), Some(4)), (key(free), Some(16))];
+    want.sort();
+    assert_eq!(predicted, want);
+    let (ok, table, err) = placement(env, &["subscription", "dynamic", "-n", &ns.name], None);
+    assert!(ok, "{err}");
+    assert!(
+        table.contains(&format!("selected {}", key(busy)))
+            && table.contains(&format!("predicted 4 of {feed_key}")),
+        "{table}"
+    );
 }
 
 #[tokio::test]
@@ -346,6 +500,63 @@ async fn static_dividing_explains_the_split_and_overrides_name_the_field_they_se
     assert_eq!(
         deployed, obj,
         "the Description carries what the what-if rendered"
+    );
+
+    // a whole file reviewed before any of it is applied: a new Deployment, a Localization for
+    // gold and the Subscription; the file's Localization wins over the parent's (higher
+    // priority) and nothing of the file is created
+    let docs = [
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "api", "namespace": appns},
+               "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "api"}},
+                        "template": {"metadata": {"labels": {"app": "api"}},
+                                     "spec": {"containers": [{"name": "api", "image": "nginx:1.27"}]}}}}),
+        json!({"apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Localization",
+               "metadata": {"name": "file-size", "namespace": gold.dedicated},
+               "spec": {"priority": 800, "feed": {"apiVersion": "apps/v1", "kind": "Deployment", "namespace": appns, "name": "api"},
+                        "overrides": [{"name": "eight-hundred", "type": "MergePatch",
+                                       "value": "{\"metadata\":{\"labels\":{\"size\":\"800\"}}}"}]}}),
+        subscription(
+            "from-file",
+            &ns.name,
+            json!({
+            "subscribers": [{"clusterAffinity": {"matchLabels": {"e2e": id, "tier": "gold"}}}],
+            "feeds": [{"apiVersion": "apps/v1", "kind": "Deployment", "namespace": appns, "name": "api"}]}),
+        ),
+    ];
+    let text: String = docs
+        .iter()
+        .map(|d| format!("---\n{}", serde_yaml::to_string(d).expect("yaml")))
+        .collect();
+    let out = env.plugin_with_stdin(&["placement", "-f", "-", "--diff"], Some(&text));
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stderr}");
+    for want in [
+        format!("bound to {}", key(gold)),
+        format!("Deployment {appns}/api"),
+        format!(
+            "/metadata/labels/size: (unset) -> \"800\"   Localization {}/file-size (priority 800",
+            gold.dedicated
+        ),
+    ] {
+        assert!(stdout.contains(&want), "{want:?} missing from:\n{stdout}");
+    }
+    let manifests: Api<clusternet::apis::Manifest> =
+        Api::namespaced(parent.clone(), "clusternet-reserved");
+    assert!(
+        manifests
+            .get_opt(&format!("deployments.{appns}.api"))
+            .await
+            .expect("reading")
+            .is_none()
+            && localizations
+                .get_opt("file-size")
+                .await
+                .expect("reading")
+                .is_none(),
+        "a what-if creates nothing"
     );
     let _ = globalizations.delete(&gname, &Default::default()).await;
 }

@@ -45,13 +45,14 @@ use crate::kube_ext::yaml::{self, YamlError};
 pub use apps::{
     AggregatedStatus, Base, BaseSpec, CONDITION_FEEDS_RESOLVED, ChartPullSecret, ChartReference,
     Description, DescriptionDeployer, DescriptionPhase, DescriptionSpec, DescriptionStatus,
-    DividingScheduling, Drift, DriftField, DynamicDividing, DynamicDividingStrategy, Feed,
-    FeedInventory, FeedInventorySpec, FeedOrder, FeedStatus, FeedStatusPerCluster, FieldFormat,
-    Globalization, GlobalizationSpec, HelmChart, HelmChartPhase, HelmChartSpec, HelmChartStatus,
-    HelmOptions, HelmRelease, HelmReleaseSpec, HelmReleaseStatus, HelmReleaseStatusPhase,
-    Localization, LocalizationSpec, Manifest, ManifestFields, ManifestStatus, OverrideConfig,
-    OverridePolicy, OverrideType, PreemptionPolicy, ReplicaDividingType, ReplicaRequirements,
-    ReplicaStatus, RetainedField, SchedulingStrategy, SubGroupStrategy, Subscriber, Subscription,
+    DividingScheduling, Drift, DriftField, DroppedClusters, DynamicDividing,
+    DynamicDividingStrategy, Feed, FeedInventory, FeedInventorySpec, FeedOrder, FeedStatus,
+    FeedStatusPerCluster, FieldFormat, Globalization, GlobalizationSpec, HelmChart, HelmChartPhase,
+    HelmChartSpec, HelmChartStatus, HelmOptions, HelmRelease, HelmReleaseSpec, HelmReleaseStatus,
+    HelmReleaseStatusPhase, Localization, LocalizationSpec, Manifest, ManifestFields,
+    ManifestStatus, OverrideConfig, OverridePolicy, OverrideType, PreemptionPolicy,
+    ReplicaDividingType, ReplicaRequirements, ReplicaStatus, RetainedField, SchedulingDecision,
+    SchedulingStrategy, SelectedCluster, SubGroupStrategy, Subscriber, Subscription,
     SubscriptionSpec, SubscriptionStatus,
 };
 pub use clusters::{

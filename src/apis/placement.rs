@@ -18,9 +18,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::Subscription;
-use crate::pipeline::overrides::{FieldChange, OverrideSource};
-use crate::scheduler::explain::Explanation;
+use super::{OverrideType, SchedulingDecision, Subscription};
 
 /// API group of this module.
 pub const GROUP: &str = "placement.clusternet.io";
@@ -67,6 +65,13 @@ pub struct PlacementReviewSpec {
     /// Also render the objects every selected child would receive.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub show_objects: bool,
+    /// Objects as they would be applied with the Subscription (the rest of the user's file):
+    /// objects of a kind the shadow API serves stand in for the Manifests they would become (a
+    /// feed is reviewed before it exists in the parent), Localizations, Globalizations and
+    /// HelmCharts for the parent's of the same name. They are not dry-run: the API server's
+    /// defaults are not in them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub objects: Vec<Value>,
 }
 
 /// The answer.
@@ -96,6 +101,10 @@ pub struct CurrentPlacement {
     pub binding_clusters: Vec<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub replicas: BTreeMap<String, Vec<i32>>,
+    /// Why it is bound there: the scheduler's record of the decision that put it there
+    /// (`status.lastDecision`), as the fleet was then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_decision: Option<SchedulingDecision>,
 }
 
 /// The rendered feeds of one child.
@@ -131,4 +140,101 @@ pub struct RenderedObject {
     pub applied: Vec<OverrideSource>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+// ---- the explanation (the scheduler's record, `scheduler::explain`) ----
+
+/// The explanation of one scheduling attempt.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Explanation {
+    /// `Replication` or `Dividing`.
+    pub strategy: String,
+    /// One entry per ManagedCluster, `namespace/name` order.
+    pub clusters: Vec<ClusterVerdict>,
+    /// The decision: `status.bindingClusters` as the scheduler writes it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub binding_clusters: Vec<String>,
+    /// The decision for `Dividing`: replicas per feed key, one per binding cluster.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub replicas: BTreeMap<String, Vec<i32>>,
+    /// Why no binding came out, in the words of the scheduler's FailedScheduling event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// What happened to one cluster.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterVerdict {
+    /// `namespace/name` of the ManagedCluster.
+    pub cluster: String,
+    /// Where it left, or that it was selected.
+    pub verdict: Verdict,
+    /// Predicted maximum replicas per FeedInventory feed (Dynamic dividing), when asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicted: Option<Vec<Option<i32>>>,
+    /// Its total score, when it was scored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub score: Option<i64>,
+}
+
+/// The step a cluster stopped at.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "step", rename_all = "camelCase")]
+pub enum Verdict {
+    /// The ManagedCluster is being deleted.
+    Deleting,
+    /// No subscriber's `clusterAffinity` matches: per subscriber, the first term it missed.
+    AffinityMissed { terms: Vec<String> },
+    /// A filter plugin rejected it (the pre-filter when `plugin` names one and every candidate
+    /// shares the verdict).
+    Filtered {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        plugin: Option<String>,
+        reasons: Vec<String>,
+    },
+    /// Filtering stopped before reaching it: enough feasible clusters had been found (Dividing
+    /// with more candidates than `percentageOfClustersToScore` asks for).
+    NotEvaluated,
+    /// Feasible, but not among the first `minClusters` of any subgroup.
+    NotInSubgroup,
+    /// Feasible, but the attempt failed after filtering (see [`Explanation::error`]).
+    Feasible,
+    /// In the binding.
+    Selected {
+        /// Replicas per feed key (Dividing).
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        replicas: BTreeMap<String, i32>,
+    },
+}
+
+// ---- what the overrides did (`pipeline::overrides`) ----
+
+/// One field of a rendered object that an override set, changed or removed, with the override
+/// that did it last (a later override of the same field wins, as it does in the object).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FieldChange {
+    /// JSON pointer of the field (`/spec/replicas`).
+    pub path: String,
+    /// The rule's `name` in its Globalization or Localization.
+    pub rule: String,
+    #[serde(rename = "type")]
+    pub type_: OverrideType,
+    pub source: OverrideSource,
+}
+
+/// Where an override rule comes from: what the placement what-if names next to a field it set.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OverrideSource {
+    /// `Globalization` or `Localization`.
+    pub kind: String,
+    /// The Localization's namespace (Globalizations are cluster-scoped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    pub name: String,
+    /// The effective priority (unset = 500).
+    pub priority: i32,
 }

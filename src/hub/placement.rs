@@ -14,15 +14,17 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, StatusCode};
-use kube::Api;
 use kube::api::ListParams;
+use kube::{Api, ResourceExt};
 use serde_json::Value;
 
 use super::Hub;
 use super::authn::UserInfo;
 use super::authz::Attributes;
+use super::shadow::model::{ShadowResource, build_manifest, manifest_labels, trim_template};
 use super::shadow::rest::decode_object;
 use super::status::ApiError;
+use crate::apis::placement::Explanation;
 use crate::apis::placement::{
     self, CurrentPlacement, PlacementReview, PlacementReviewSpec, PlacementReviewStatus,
 };
@@ -31,7 +33,7 @@ use crate::apis::{
 };
 use crate::pipeline::preview::{PreviewState, preview_objects};
 use crate::scheduler::config::Profiles;
-use crate::scheduler::explain::{self, Explanation};
+use crate::scheduler::explain;
 
 /// The scheduler profiles the reviews decide with, read once at start as the scheduler reads
 /// them; the error is every review's answer when they cannot be read.
@@ -244,7 +246,17 @@ async fn review_placement(
     let reserved = hub.rt.config.reserved_namespace.clone();
     // the hub's own cache of them (it follows them for the tunnel metrics)
     let clusters: Vec<Arc<ManagedCluster>> = hub.rt.cache.watch::<ManagedCluster>().store.state();
-    let manifests: Vec<Arc<Manifest>> = list(Api::namespaced(client.clone(), &reserved)).await?;
+    let overlay = if spec.objects.is_empty() {
+        Overlay::default()
+    } else {
+        let resources = match &hub.shadow {
+            Some(shadow) => shadow.resources()?,
+            None => Arc::new(Vec::new()),
+        };
+        plan_overlay(&spec.objects, &resources, &reserved, namespace).map_err(ApiError::invalid)?
+    };
+    let listed: Vec<Arc<Manifest>> = list(Api::namespaced(client.clone(), &reserved)).await?;
+    let manifests = overlay.manifests_over(&listed);
     let explanation = match &hub.placement.profiles {
         Err(e) => Explanation {
             error: Some(e.clone()),
@@ -268,6 +280,7 @@ async fn review_placement(
         let current = CurrentPlacement {
             binding_clusters: now.binding_clusters,
             replicas: now.replicas,
+            last_decision: now.last_decision.map(|d| *d),
         };
         // a failed attempt leaves the binding as it is, as the scheduler does
         status.would_change = Some(
@@ -294,13 +307,25 @@ async fn review_placement(
             let found: Vec<Arc<Localization>> = list(Api::namespaced(client.clone(), ns)).await?;
             localizations.extend(found.iter().map(|l| (**l).clone()));
         }
+        let localizations = Overlay::replace(&localizations, &overlay.localizations, |l| {
+            (l.namespace(), l.name_any())
+        });
         let globalizations: Vec<Globalization> = list(Api::all(client.clone()))
             .await?
             .iter()
             .map(|g: &Arc<Globalization>| (**g).clone())
             .collect();
+        let globalizations =
+            Overlay::replace(&globalizations, &overlay.globalizations, |g| g.name_any());
         let mut charts: Vec<Arc<HelmChart>> = Vec::new();
         for feed in sub.spec.feeds.iter().filter(|f| f.kind == "HelmChart") {
+            let from_file = overlay.charts.iter().find(|c| {
+                c.name_any() == feed.name && c.namespace().as_deref() == Some(&*feed.namespace)
+            });
+            if let Some(c) = from_file {
+                charts.push(Arc::clone(c));
+                continue;
+            }
             let api: Api<HelmChart> = Api::namespaced(client.clone(), &feed.namespace);
             if let Some(c) = api
                 .get_opt(&feed.name)
@@ -329,6 +354,132 @@ async fn review_placement(
     Ok(status)
 }
 
+/// What a review's `spec.objects` put in place of the parent's state.
+#[derive(Debug, Default)]
+struct Overlay {
+    manifests: Vec<Arc<Manifest>>,
+    localizations: Vec<Localization>,
+    globalizations: Vec<Globalization>,
+    charts: Vec<Arc<HelmChart>>,
+}
+
+impl Overlay {
+    /// `existing` with the overlay's objects of the same identity replaced (and the others
+    /// added); `id` is what makes two objects the same.
+    fn replace<T: Clone, I: PartialEq>(
+        existing: &[T],
+        overlay: &[T],
+        id: impl Fn(&T) -> I,
+    ) -> Vec<T> {
+        existing
+            .iter()
+            .filter(|e| !overlay.iter().any(|o| id(o) == id(e)))
+            .chain(overlay)
+            .cloned()
+            .collect()
+    }
+
+    fn manifests_over(&self, existing: &[Arc<Manifest>]) -> Vec<Arc<Manifest>> {
+        // a Manifest is the feed its config.* labels name
+        let id = |m: &Arc<Manifest>| {
+            [
+                known::CONFIG_GROUP_LABEL,
+                known::CONFIG_VERSION_LABEL,
+                known::CONFIG_KIND_LABEL,
+                known::CONFIG_NAMESPACE_LABEL,
+                known::CONFIG_NAME_LABEL,
+            ]
+            .map(|l| m.labels().get(l).cloned().unwrap_or_default())
+        };
+        Self::replace(existing, &self.manifests, id)
+    }
+}
+
+/// The review's `spec.objects` as the parent would hold them once applied: a feed object
+/// becomes the Manifest the shadow API would store (its `resources` say the kind's plural and
+/// scope; a namespaced object without a namespace takes the review's, as kubectl gives it the
+/// context's), the Clusternet kinds stay themselves. An object of another kind is refused by
+/// name: the review would otherwise answer as if it were not in the file.
+fn plan_overlay(
+    objects: &[Value],
+    resources: &[ShadowResource],
+    reserved_ns: &str,
+    namespace: &str,
+) -> Result<Overlay, String> {
+    let mut overlay = Overlay::default();
+    for (i, obj) in objects.iter().enumerate() {
+        let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+        let (api_version, kind, name) = (
+            text(&obj["apiVersion"]),
+            text(&obj["kind"]),
+            text(&obj["metadata"]["name"]),
+        );
+        let what = format!("spec.objects[{i}] ({api_version} {kind} {name:?})");
+        if kind.is_empty() || api_version.is_empty() || name.is_empty() {
+            return Err(format!(
+                "{what}: apiVersion, kind and metadata.name are required"
+            ));
+        }
+        let mut obj = obj.clone();
+        let own_ns = text(&obj["metadata"]["namespace"]);
+        let (group, version) = crate::pipeline::feeds::group_version(&api_version);
+        if group == crate::apis::apps::GROUP {
+            let with_ns = |mut o: Value| {
+                if own_ns.is_empty() {
+                    o["metadata"]["namespace"] = Value::String(namespace.into());
+                }
+                o
+            };
+            let parsed = match kind.as_str() {
+                "Localization" => {
+                    serde_json::from_value(with_ns(obj)).map(|l| overlay.localizations.push(l))
+                }
+                "HelmChart" => {
+                    serde_json::from_value(with_ns(obj)).map(|c| overlay.charts.push(Arc::new(c)))
+                }
+                "Globalization" => {
+                    serde_json::from_value(obj).map(|g| overlay.globalizations.push(g))
+                }
+                "Subscription" => Ok(()),
+                _ => {
+                    return Err(format!(
+                        "{what}: a what-if takes Localizations, Globalizations and HelmCharts of {}, not {kind}",
+                        crate::apis::apps::GROUP
+                    ));
+                }
+            };
+            parsed.map_err(|e| format!("{what}: {e}"))?;
+            continue;
+        }
+        let Some(r) = resources.iter().find(|r| {
+            r.group == group && r.version == version && r.kind == kind && r.subresource().is_none()
+        }) else {
+            return Err(format!(
+                "{what}: the shadow API serves no such kind, so it cannot be a feed"
+            ));
+        };
+        let ns = match (r.namespaced, own_ns.is_empty()) {
+            (true, true) => namespace.to_string(),
+            (true, false) => own_ns,
+            (false, _) => String::new(),
+        };
+        if r.namespaced {
+            obj["metadata"]["namespace"] = Value::String(ns.clone());
+        } else if let Some(m) = obj["metadata"].as_object_mut() {
+            m.remove("namespace");
+        }
+        trim_template(&mut obj, group, &kind);
+        let object_labels: std::collections::BTreeMap<String, String> =
+            serde_json::from_value(obj["metadata"]["labels"].clone()).unwrap_or_default();
+        let labels = manifest_labels(&object_labels, group, version, &kind, &name, &ns);
+        let manifest = build_manifest(reserved_ns, &r.manifest_name(&ns, &name), &labels, obj);
+        let manifest: Manifest =
+            serde_json::from_value(manifest).map_err(|e| format!("{what}: {e}"))?;
+        overlay.manifests.push(Arc::new(manifest));
+    }
+    Ok(overlay)
+}
+
 async fn list<K>(api: Api<K>) -> Result<Vec<Arc<K>>, ApiError>
 where
     K: Clone + serde::de::DeserializeOwned + std::fmt::Debug + kube::Resource,
@@ -346,6 +497,106 @@ where
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn resource(group: &str, kind: &str, plural: &str, namespaced: bool) -> ShadowResource {
+        ShadowResource {
+            group: group.into(),
+            version: "v1".into(),
+            name: plural.into(),
+            singular_name: kind.to_lowercase(),
+            namespaced,
+            kind: kind.into(),
+            verbs: vec!["create".into()],
+            short_names: vec![],
+            storage_version_hash: String::new(),
+            origin: super::super::shadow::model::ResourceOrigin::BuiltIn,
+        }
+    }
+
+    /// The rest of a user's file: a Deployment without a namespace and a Namespace become the
+    /// Manifests the shadow API would store (named and labelled as it names them), replacing
+    /// the parent's Manifest of the same feed; a Localization stays one; a kind that is no feed
+    /// and no override is refused by its place in the file.
+    #[test]
+    fn a_files_objects_stand_in_for_what_they_would_become() {
+        let resources = [
+            resource("apps", "Deployment", "deployments", true),
+            resource("", "Namespace", "namespaces", false),
+        ];
+        let objects = [
+            json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                   "metadata": {"name": "web", "labels": {"app": "web"}, "managedFields": []},
+                   "spec": {"replicas": 3}, "status": {"replicas": 1}}),
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team", "namespace": "x"}}),
+            json!({"apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Localization",
+                   "metadata": {"name": "big", "namespace": "clusternet-abcde"},
+                   "spec": {"priority": 700, "overrides": []}}),
+        ];
+        let o =
+            plan_overlay(&objects, &resources, "clusternet-reserved", "team").expect("an overlay");
+        let names: Vec<String> = o.manifests.iter().map(|m| m.name_any()).collect();
+        assert_eq!(names, ["deployments.team.web", "namespaces.team"]);
+        let web = &o.manifests[0];
+        assert_eq!(web.namespace().as_deref(), Some("clusternet-reserved"));
+        assert_eq!(web.labels()[known::CONFIG_NAMESPACE_LABEL], "team");
+        assert_eq!(web.labels()[known::CONFIG_KIND_LABEL], "Deployment");
+        assert_eq!(
+            web.labels()["app"],
+            "web",
+            "the object's labels are kept, as the shadow API keeps them"
+        );
+        let template = &web.spec.template;
+        assert_eq!(template["metadata"]["namespace"], "team");
+        assert!(
+            template.get("status").is_none() && template["metadata"].get("managedFields").is_none()
+        );
+        assert_eq!(o.manifests[1].labels()[known::CONFIG_NAMESPACE_LABEL], "");
+        assert_eq!(o.localizations.len(), 1);
+
+        // the file's Deployment replaces the parent's Manifest of that feed, others stay
+        let mut old = (*o.manifests[0]).clone();
+        old.metadata.name = Some("deployments.team.web-old".into());
+        let other = plan_overlay(
+            &[json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "api"}})],
+            &resources,
+            "clusternet-reserved",
+            "team",
+        )
+        .expect("an overlay")
+        .manifests;
+        let merged = o.manifests_over(&[Arc::new(old), Arc::clone(&other[0])]);
+        let names: Vec<String> = merged.iter().map(|m| m.name_any()).collect();
+        assert_eq!(
+            names,
+            [
+                "deployments.team.api",
+                "deployments.team.web",
+                "namespaces.team"
+            ]
+        );
+
+        for (bad, says) in [
+            (
+                json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "c"}}),
+                "spec.objects[0] (batch/v1 CronJob \"c\"): the shadow API serves no such kind",
+            ),
+            (
+                json!({"apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Base", "metadata": {"name": "b"}}),
+                "not Base",
+            ),
+            (
+                json!({"kind": "Deployment"}),
+                "apiVersion, kind and metadata.name are required",
+            ),
+            (
+                json!({"apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Localization", "metadata": {"name": "l"}, "spec": {"priority": "high"}}),
+                "spec.objects[0]",
+            ),
+        ] {
+            let e = plan_overlay(&[bad], &resources, "clusternet-reserved", "team").unwrap_err();
+            assert!(e.contains(says), "{e:?} does not say {says:?}");
+        }
+    }
 
     #[test]
     fn a_bare_subscription_is_wrapped_and_takes_the_namespace() {

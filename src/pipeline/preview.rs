@@ -12,8 +12,9 @@ use kube::ResourceExt;
 
 use super::feedinventory::{desired_inventory, plan_inventory};
 use super::feeds;
-use super::overrides::{self, OverrideSource, SourcedOverride};
+use super::overrides::{self, SourcedOverride};
 use super::subscription::replica_localization_spec;
+use crate::apis::placement::OverrideSource;
 use crate::apis::placement::{ClusterObjects, RenderedObject};
 use crate::apis::{
     Feed, Globalization, HelmChart, Localization, ManagedCluster, Manifest, SchedulingStrategy,

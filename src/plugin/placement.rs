@@ -17,6 +17,7 @@ use std::process::ExitCode;
 
 use serde_json::{Value, json};
 
+use crate::apis::SchedulingDecision;
 use crate::apis::known::SUBSCRIPTION_KIND;
 use crate::apis::placement::{self, PlacementReview, RenderedObject};
 use crate::kube_ext::yaml;
@@ -133,27 +134,36 @@ fn parse_bool(v: Option<&str>) -> Result<bool, String> {
     }
 }
 
-/// The Subscriptions of a file's documents, each with its namespace (if it names one).
-pub fn subscriptions_in(text: &str, source: &str) -> Result<Vec<Value>, String> {
+/// A file's documents (`List`s flattened): its Subscriptions, each with its namespace (if it
+/// names one), and everything else, which the reviews take as applied with them (feeds not in
+/// the parent yet, overrides being written).
+pub fn split_file(text: &str, source: &str) -> Result<(Vec<Value>, Vec<Value>), String> {
     let docs: Vec<Value> =
         yaml::from_str_documents(text).map_err(|e| format!("reading {source}: {e}"))?;
-    let mut subs = Vec::new();
-    for doc in docs {
+    let (mut subs, mut others) = (Vec::new(), Vec::new());
+    for doc in docs.into_iter().filter(|d| !d.is_null()) {
         let items = match doc["kind"].as_str() {
             Some("List") => doc["items"].as_array().cloned().unwrap_or_default(),
             _ => vec![doc],
         };
-        subs.extend(items.into_iter().filter(|d| d["kind"] == SUBSCRIPTION_KIND));
+        for item in items {
+            if item["kind"] == SUBSCRIPTION_KIND {
+                subs.push(item);
+            } else {
+                others.push(item);
+            }
+        }
     }
     if subs.is_empty() {
         return Err(format!("no Subscription in {source}"));
     }
-    Ok(subs)
+    Ok((subs, others))
 }
 
 /// The review to send for one Subscription of a file, in `namespace` unless it names its own.
 pub fn review_for(
     sub: &Value,
+    objects: &[Value],
     namespace: Option<&str>,
     fallback: &str,
     show_objects: bool,
@@ -176,7 +186,7 @@ pub fn review_for(
         json!({
             "apiVersion": placement::API_VERSION,
             "kind": placement::KIND,
-            "spec": {"subscription": sub, "showObjects": show_objects},
+            "spec": {"subscription": sub, "showObjects": show_objects, "objects": objects},
         }),
     ))
 }
@@ -206,9 +216,17 @@ pub async fn run(
             } else {
                 std::fs::read_to_string(file).map_err(|e| format!("reading {file}: {e}"))?
             };
-            subscriptions_in(&text, file)?
-                .iter()
-                .map(|s| review_for(s, args.namespace.as_deref(), fallback, wants_objects))
+            let (subs, others) = split_file(&text, file)?;
+            subs.iter()
+                .map(|s| {
+                    review_for(
+                        s,
+                        &others,
+                        args.namespace.as_deref(),
+                        fallback,
+                        wants_objects,
+                    )
+                })
                 .collect::<Result<_, _>>()?
         }
         (None, Some(name)) => vec![(
@@ -319,6 +337,9 @@ pub fn render(review: &PlacementReview, objects: bool, diff: bool) -> String {
             current.binding_clusters.join(", ")
         };
         out.push_str(&format!("now bound to {bound}\n"));
+        if let Some(d) = &current.last_decision {
+            out.push_str(&render_decision(d));
+        }
         match status.would_change {
             Some(true) => out.push_str(
                 "scheduling it now would bind it differently: the parent's state changed since the last decision (or that decision is still to come)\n",
@@ -334,6 +355,44 @@ pub fn render(review: &PlacementReview, objects: bool, diff: bool) -> String {
                 out.push_str(&render_object(obj, diff));
             }
         }
+    }
+    out
+}
+
+/// The kept decision (`status.lastDecision`): why it is bound where it is, as the scheduler saw
+/// the fleet then.
+fn render_decision(d: &SchedulingDecision) -> String {
+    let when = d.decided_at.as_ref().map_or_else(
+        || "at an unknown time".to_string(),
+        |t| format!("at {}", t.0),
+    );
+    let mut out = format!("  the scheduler decided that {when} ({}):\n", d.strategy);
+    for s in &d.selected {
+        let mut line = format!("    selected {}", s.cluster);
+        if let Some(score) = s.score {
+            line.push_str(&format!(", score {score}"));
+        }
+        for (feed, n) in &s.predicted {
+            line.push_str(&format!(", predicted {n} of {feed}"));
+        }
+        out.push_str(&line);
+        out.push('\n');
+    }
+    for g in &d.dropped {
+        let more = usize::try_from(g.count)
+            .unwrap_or(0)
+            .saturating_sub(g.clusters.len());
+        let mut names = g.clusters.join(", ");
+        if more > 0 {
+            names.push_str(&format!(" and {more} more"));
+        }
+        out.push_str(&format!("    {} ({}): {names}\n", g.reason, g.count));
+    }
+    if d.omitted > 0 {
+        out.push_str(&format!("    ({} more clusters not recorded)\n", d.omitted));
+    }
+    if let Some(e) = &d.error {
+        out.push_str(&format!("    not scheduled: {e}\n"));
     }
     out
 }
@@ -389,7 +448,7 @@ fn render_object(obj: &RenderedObject, diff: bool) -> String {
 }
 
 fn describe_source(
-    s: &crate::pipeline::overrides::OverrideSource,
+    s: &crate::apis::placement::OverrideSource,
     rule: Option<(&String, String)>,
 ) -> String {
     let name = match &s.namespace {
@@ -468,20 +527,22 @@ mod tests {
     }
 
     #[test]
-    fn only_the_files_subscriptions_are_reviewed_in_their_namespace() {
-        let text = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\n---\napiVersion: apps.clusternet.io/v1alpha1\nkind: Subscription\nmetadata: {name: app, namespace: team}\nspec: {subscribers: [], feeds: []}\n";
-        let subs = subscriptions_in(text, "f.yaml").unwrap();
+    fn each_subscription_is_reviewed_in_its_namespace_with_the_rest_of_the_file() {
+        let text = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\n---\napiVersion: apps.clusternet.io/v1alpha1\nkind: Subscription\nmetadata: {name: app, namespace: team}\nspec: {subscribers: [], feeds: []}\n---\n";
+        let (subs, others) = split_file(text, "f.yaml").unwrap();
         assert_eq!(subs.len(), 1);
-        let (ns, body) = review_for(&subs[0], None, "default", true).unwrap();
+        assert_eq!(others.len(), 1, "the Deployment, not the empty document");
+        let (ns, body) = review_for(&subs[0], &others, None, "default", true).unwrap();
         assert_eq!(ns, "team");
         assert_eq!(body["spec"]["showObjects"], true);
+        assert_eq!(body["spec"]["objects"][0]["kind"], "Deployment");
         assert!(
-            review_for(&subs[0], Some("other"), "default", false)
+            review_for(&subs[0], &[], Some("other"), "default", false)
                 .unwrap_err()
                 .contains("--namespace=team")
         );
         assert!(
-            subscriptions_in("kind: ConfigMap\n", "f.yaml")
+            split_file("kind: ConfigMap\n", "f.yaml")
                 .unwrap_err()
                 .contains("no Subscription in f.yaml")
         );

@@ -12,11 +12,12 @@ use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
+use crate::apis::placement::{Explanation, Verdict};
 use crate::apis::{
     FeedInventory, ManagedCluster, ReplicaDividingType, SchedulingStrategy, Subscription,
 };
 use crate::kube_ext::labels::{LabelSelectorError, Selector};
-use crate::scheduler::explain::{Explanation, Recorder, Verdict};
+use crate::scheduler::explain::Recorder;
 use crate::scheduler::framework::{
     ClusterScore, Code, CycleState, Framework, PluginFailure, Status, TargetClusters, cluster_key,
 };

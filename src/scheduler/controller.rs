@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Taint;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
@@ -17,14 +18,16 @@ use kube::runtime::reflector::Store;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
+use super::algorithm::schedule_explained;
 use super::framework::{
     BindOutcome, CycleState, Framework, PluginFailure, TargetClusters, cluster_key,
 };
 use super::predictor_client::{self, PredictorRoute};
 use super::queue::SchedulingQueue;
 use super::reservation::{self, Reservations};
-use super::{FilterOffset, PredictorClient, Profiles, Registry, binder};
+use super::{FilterOffset, PredictorClient, Profiles, Registry, binder, explain};
 use crate::apis::known;
+use crate::apis::placement::Explanation;
 use crate::apis::{
     FeedInventory, ManagedCluster, ReplicaRequirements, SchedulingStrategy, Subscription,
     SubscriptionStatus,
@@ -503,13 +506,16 @@ async fn schedule_one_inner(
             state.write(reservation::TAKEN, taken_from(reservations, inv, &all));
         }
     }
-    let (target, outcome) = match super::schedule(
+    // recorded on the live path too: `status.lastDecision` keeps it when the binding changes
+    let mut explanation = Explanation::default();
+    let (target, outcome) = match schedule_explained(
         fwk,
         &state,
         offset,
         &sub,
         &all,
         inventory.as_ref(),
+        Some(&mut explanation),
     )
     .await
     {
@@ -536,7 +542,7 @@ async fn schedule_one_inner(
     }
     fwk.run_permit(&state, &sub, &target)?;
     fwk.run_pre_bind(&state, &sub, &target).await?;
-    let status = match fwk.run_bind(&state, &sub, &target).await? {
+    let mut status = match fwk.run_bind(&state, &sub, &target).await? {
         BindOutcome::PatchStatus(status) => status,
         BindOutcome::Bound => return Ok(Decided::Done(outcome)),
     };
@@ -551,6 +557,23 @@ async fn schedule_one_inner(
     if sub.status.as_ref() == Some(&status) {
         return Ok(Decided::Done(outcome));
     }
+    let left_out: [(&str, &[String]); 2] = [
+        (
+            "failed over: not ready for longer than its failover grace",
+            &failover.lost,
+        ),
+        (
+            "failed over, not given back yet: a fail-back waits until it has been Ready for the stable period",
+            &failover.damped,
+        ),
+    ];
+    status.last_decision = Some(Box::new(explain::decision_record(
+        &explanation,
+        &status,
+        inventory.as_ref(),
+        &left_out,
+        Time(Timestamp::now()),
+    )));
     if let Some((settings, memory)) = failover_state.as_mut() {
         let now = Timestamp::now();
         for lost in &failover.lost {

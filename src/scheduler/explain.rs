@@ -13,9 +13,13 @@ use std::borrow::Borrow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+use crate::apis::placement::{ClusterVerdict, Explanation, Verdict};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::apis::{ManagedCluster, Manifest, Subscription};
+use crate::apis::{
+    DroppedClusters, FeedInventory, ManagedCluster, Manifest, SchedulingDecision, SelectedCluster,
+    Subscription, SubscriptionStatus,
+};
 use crate::pipeline::feedinventory::{desired_inventory, plan_inventory};
 use crate::scheduler::algorithm::{FilterOffset, schedule_explained};
 use crate::scheduler::framework::{CycleState, Framework, PluginFailure};
@@ -63,71 +67,6 @@ pub async fn what_if(
     )
     .await;
     explanation
-}
-
-/// The explanation of one scheduling attempt.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Explanation {
-    /// `Replication` or `Dividing`.
-    pub strategy: String,
-    /// One entry per ManagedCluster, `namespace/name` order.
-    pub clusters: Vec<ClusterVerdict>,
-    /// The decision: `status.bindingClusters` as the scheduler writes it.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub binding_clusters: Vec<String>,
-    /// The decision for `Dividing`: replicas per feed key, one per binding cluster.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub replicas: BTreeMap<String, Vec<i32>>,
-    /// Why no binding came out, in the words of the scheduler's FailedScheduling event.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
-
-/// What happened to one cluster.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ClusterVerdict {
-    /// `namespace/name` of the ManagedCluster.
-    pub cluster: String,
-    /// Where it left, or that it was selected.
-    pub verdict: Verdict,
-    /// Predicted maximum replicas per FeedInventory feed (Dynamic dividing), when asked.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub predicted: Option<Vec<Option<i32>>>,
-    /// Its total score, when it was scored.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub score: Option<i64>,
-}
-
-/// The step a cluster stopped at.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "step", rename_all = "camelCase")]
-pub enum Verdict {
-    /// The ManagedCluster is being deleted.
-    Deleting,
-    /// No subscriber's `clusterAffinity` matches: per subscriber, the first term it missed.
-    AffinityMissed { terms: Vec<String> },
-    /// A filter plugin rejected it (the pre-filter when `plugin` names one and every candidate
-    /// shares the verdict).
-    Filtered {
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        plugin: Option<String>,
-        reasons: Vec<String>,
-    },
-    /// Filtering stopped before reaching it: enough feasible clusters had been found (Dividing
-    /// with more candidates than `percentageOfClustersToScore` asks for).
-    NotEvaluated,
-    /// Feasible, but not among the first `minClusters` of any subgroup.
-    NotInSubgroup,
-    /// Feasible, but the attempt failed after filtering (see [`Explanation::error`]).
-    Feasible,
-    /// In the binding.
-    Selected {
-        /// Replicas per feed key (Dividing).
-        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-        replicas: BTreeMap<String, i32>,
-    },
 }
 
 impl Verdict {
@@ -215,6 +154,118 @@ impl Explanation {
         }
         out
     }
+}
+
+/// What the scheduler keeps of a decision in `status.lastDecision` (see [`SchedulingDecision`]):
+/// the clusters `status` binds (its final binding, after fail-back's make-before-break) with
+/// their score and prediction, every other cluster of `explanation` grouped by its verdict, and
+/// `left_out`, clusters the cycle did not consider at all, with why (failed over, damped).
+///
+/// Kept with the status write that changes the binding rather than on every cycle, and bounded,
+/// because a Replication Subscription is looked at on every cluster change: a record per cycle
+/// would be a write per heartbeat-driven change, and a verdict per cluster would grow with the
+/// fleet. The grouping keeps what a user asks ("why not cluster X") for fleets of any size.
+pub(crate) fn decision_record(
+    explanation: &Explanation,
+    status: &SubscriptionStatus,
+    inventory: Option<&FeedInventory>,
+    left_out: &[(&str, &[String])],
+    now: Time,
+) -> SchedulingDecision {
+    let verdicts: BTreeMap<&str, &ClusterVerdict> = explanation
+        .clusters
+        .iter()
+        .map(|c| (c.cluster.as_str(), c))
+        .collect();
+    let feed_keys: Vec<String> = inventory
+        .map(|inv| inv.spec.feeds.iter().map(|f| f.feed.key()).collect())
+        .unwrap_or_default();
+    let selected: Vec<SelectedCluster> = status
+        .binding_clusters
+        .iter()
+        .take(SchedulingDecision::MAX_SELECTED)
+        .map(|cluster| {
+            let verdict = verdicts.get(cluster.as_str());
+            SelectedCluster {
+                cluster: cluster.clone(),
+                score: verdict.and_then(|v| v.score),
+                predicted: verdict
+                    .and_then(|v| v.predicted.as_ref())
+                    .map(|p| {
+                        feed_keys
+                            .iter()
+                            .zip(p)
+                            .filter_map(|(k, r)| r.map(|r| (k.clone(), r)))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            }
+        })
+        .collect();
+    let bound: std::collections::HashSet<&str> =
+        status.binding_clusters.iter().map(String::as_str).collect();
+    let mut groups: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+    for c in &explanation.clusters {
+        if bound.contains(c.cluster.as_str()) {
+            continue;
+        }
+        let reason = match &c.verdict {
+            // the cycle chose it, the fail-back's make-before-break did not bind it yet
+            Verdict::Selected { .. } => "selected, not bound yet: a fail-back adds it first".into(),
+            v => v.summary(),
+        };
+        groups
+            .entry(truncate(&reason))
+            .or_default()
+            .push(&c.cluster);
+    }
+    for (reason, clusters) in left_out.iter().filter(|(_, c)| !c.is_empty()) {
+        groups
+            .entry(truncate(reason))
+            .or_default()
+            .extend(clusters.iter().map(String::as_str));
+    }
+    let mut groups: Vec<(String, Vec<&str>)> = groups.into_iter().collect();
+    // most clusters first, then by reason: the record answers "why not" for the bulk first
+    groups.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then_with(|| a.0.cmp(&b.0)));
+    let mut omitted = status.binding_clusters.len() - selected.len();
+    let mut dropped = Vec::new();
+    for (i, (reason, mut clusters)) in groups.into_iter().enumerate() {
+        if i >= SchedulingDecision::MAX_GROUPS {
+            omitted += clusters.len();
+            continue;
+        }
+        clusters.sort_unstable();
+        dropped.push(DroppedClusters {
+            reason,
+            count: i32::try_from(clusters.len()).unwrap_or(i32::MAX),
+            clusters: clusters
+                .iter()
+                .take(SchedulingDecision::MAX_GROUP_CLUSTERS)
+                .map(|c| c.to_string())
+                .collect(),
+        });
+    }
+    SchedulingDecision {
+        decided_at: Some(now),
+        strategy: explanation.strategy.clone(),
+        selected,
+        dropped,
+        omitted: i32::try_from(omitted).unwrap_or(i32::MAX),
+        error: explanation.error.as_deref().map(truncate),
+    }
+}
+
+/// `text` cut to [`SchedulingDecision::MAX_REASON`] bytes (on a character boundary).
+fn truncate(text: &str) -> String {
+    if text.len() <= SchedulingDecision::MAX_REASON {
+        return text.to_string();
+    }
+    let mut end = SchedulingDecision::MAX_REASON - " ...".len();
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{} ...", &text[..end])
 }
 
 /// Fills an [`Explanation`] when there is one to fill; the real scheduling cycle passes none and
@@ -349,6 +400,173 @@ mod tests {
         assert_eq!(
             selected.summary(),
             "selected: apps/v1/Deployment/demo/web=6"
+        );
+    }
+
+    fn verdict(cluster: &str, verdict: Verdict) -> ClusterVerdict {
+        ClusterVerdict {
+            cluster: cluster.into(),
+            verdict,
+            predicted: None,
+            score: None,
+        }
+    }
+
+    fn at() -> Time {
+        Time("2026-12-02T15:00:00Z".parse().expect("a time"))
+    }
+
+    /// A fleet of 40: two bound (with score and prediction), 30 missing the same affinity term,
+    /// 8 tainted; one failed over outside the cycle. Grouped by reason, the bulk first, names
+    /// bounded, nothing counted twice.
+    #[test]
+    fn the_kept_decision_groups_dropped_clusters_by_reason() {
+        let feed = "apps/v1/Deployment/demo/web";
+        let mut clusters = Vec::new();
+        for i in 0..40 {
+            let name = format!("ns/c{i:02}");
+            clusters.push(match i {
+                0 | 1 => ClusterVerdict {
+                    predicted: Some(vec![Some(4 + i), None]),
+                    score: Some(100 - i64::from(i)),
+                    ..verdict(
+                        &name,
+                        Verdict::Selected {
+                            replicas: BTreeMap::new(),
+                        },
+                    )
+                },
+                2..32 => verdict(
+                    &name,
+                    Verdict::AffinityMissed {
+                        terms: vec!["tier in (gold)".into()],
+                    },
+                ),
+                _ => verdict(
+                    &name,
+                    Verdict::Filtered {
+                        plugin: Some("TaintToleration".into()),
+                        reasons: vec!["cluster(s) had untolerated taint {x: y}".into()],
+                    },
+                ),
+            });
+        }
+        let explanation = Explanation {
+            strategy: "Dividing".into(),
+            clusters,
+            ..Explanation::default()
+        };
+        let status = SubscriptionStatus {
+            binding_clusters: vec!["ns/c00".into(), "ns/c01".into()],
+            ..SubscriptionStatus::default()
+        };
+        let inventory: FeedInventory = serde_json::from_value(serde_json::json!({
+            "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "FeedInventory",
+            "metadata": {"name": "web", "namespace": "demo"},
+            "spec": {"feeds": [
+                {"apiVersion": "apps/v1", "kind": "Deployment", "namespace": "demo", "name": "web",
+                 "desiredReplicas": 6, "replicaJsonPath": "/spec/replicas"},
+                {"apiVersion": "v1", "kind": "Namespace", "name": "demo"}]}
+        }))
+        .expect("an inventory");
+        let lost = vec!["ns/gone".to_string()];
+        let d = decision_record(
+            &explanation,
+            &status,
+            Some(&inventory),
+            &[("failed over", &lost), ("damped", &[])],
+            at(),
+        );
+        assert_eq!(d.decided_at, Some(at()));
+        assert_eq!(d.strategy, "Dividing");
+        let selected: Vec<(&str, Option<i64>, Option<i32>)> = d
+            .selected
+            .iter()
+            .map(|s| (s.cluster.as_str(), s.score, s.predicted.get(feed).copied()))
+            .collect();
+        assert_eq!(
+            selected,
+            [
+                ("ns/c00", Some(100), Some(4)),
+                ("ns/c01", Some(99), Some(5))
+            ]
+        );
+        assert_eq!(d.selected[0].predicted.len(), 1, "no prediction, no entry");
+        let groups: Vec<(&str, i32, usize)> = d
+            .dropped
+            .iter()
+            .map(|g| (g.reason.as_str(), g.count, g.clusters.len()))
+            .collect();
+        assert_eq!(
+            groups,
+            [
+                ("dropped by clusterAffinity: tier in (gold)", 30, 10),
+                (
+                    "dropped by TaintToleration: cluster(s) had untolerated taint {x: y}",
+                    8,
+                    8
+                ),
+                ("failed over", 1, 1),
+            ]
+        );
+        assert_eq!(d.dropped[0].clusters[0], "ns/c02", "sorted names");
+        assert_eq!(d.omitted, 0);
+        assert_eq!(d.error, None);
+    }
+
+    /// Past the bounds: selected beyond 20 and reasons beyond 10 are counted in `omitted`, long
+    /// reasons are cut, a cluster the cycle selected but fail-back has not bound yet says so.
+    #[test]
+    fn the_kept_decision_stays_bounded() {
+        let mut clusters: Vec<ClusterVerdict> = (0..25)
+            .map(|i| {
+                verdict(
+                    &format!("a/{i:02}"),
+                    Verdict::Selected {
+                        replicas: BTreeMap::new(),
+                    },
+                )
+            })
+            .collect();
+        for i in 0..12 {
+            clusters.push(verdict(
+                &format!("b/{i:02}"),
+                Verdict::Filtered {
+                    plugin: None,
+                    reasons: vec![format!("reason {i} {}", "é".repeat(400))],
+                },
+            ));
+        }
+        let status = SubscriptionStatus {
+            binding_clusters: (0..23).map(|i| format!("a/{i:02}")).collect(),
+            ..SubscriptionStatus::default()
+        };
+        let explanation = Explanation {
+            clusters,
+            error: Some("x".repeat(2000)),
+            ..Explanation::default()
+        };
+        let d = decision_record(&explanation, &status, None, &[], at());
+        assert_eq!(d.selected.len(), SchedulingDecision::MAX_SELECTED);
+        assert_eq!(d.dropped.len(), SchedulingDecision::MAX_GROUPS);
+        // 3 bound beyond 20; 13 groups (the two selected, unbound ones first, then 12 reasons
+        // of one cluster each): 3 beyond 10
+        assert_eq!(d.omitted, 3 + 3);
+        assert!(
+            d.dropped
+                .iter()
+                .all(|g| g.reason.len() <= SchedulingDecision::MAX_REASON)
+        );
+        assert!(d.dropped.iter().any(|g| g.reason.ends_with(" ...")));
+        assert!(
+            d.dropped
+                .iter()
+                .any(|g| g.reason.starts_with("selected, not bound yet")
+                    && g.clusters == ["a/23", "a/24"])
+        );
+        assert_eq!(
+            d.error.as_deref().map(str::len),
+            Some(SchedulingDecision::MAX_REASON)
         );
     }
 

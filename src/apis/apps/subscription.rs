@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{PreferredSchedulingTerm, Toleration, TopologySpreadConstraint};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -275,6 +275,85 @@ pub struct SubscriptionStatus {
     /// deployed by this build, and if not which one and why.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+
+    /// LastDecision (beyond upstream): why the scheduler bound it where it is, as it saw the
+    /// fleet when it last changed `bindingClusters` or `replicas` (written with that status
+    /// write, never on its own). `kubectl clusternet placement subscription NAME` shows it next
+    /// to a fresh what-if.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_decision: Option<Box<SchedulingDecision>>,
+}
+
+/// The scheduler's record of one decision, bounded (at most 20 selected clusters listed, 10
+/// groups of dropped clusters naming 10 each, reasons of 512 bytes), so that it stays small in
+/// etcd and in every cache whatever the size of the fleet.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SchedulingDecision {
+    /// When the decision was made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_at: Option<Time>,
+
+    /// `Replication` or `Dividing`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub strategy: String,
+
+    /// The bound clusters, in bindingClusters order, with their score and, for Dynamic
+    /// dividing, the replicas the predictor said each could take.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub selected: Vec<SelectedCluster>,
+
+    /// The clusters left out, grouped by why (the step and its reason), most clusters first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped: Vec<DroppedClusters>,
+
+    /// Clusters the bounds left out of this record altogether (selected beyond the first 20,
+    /// dropped for reasons beyond the first 10).
+    #[serde(default, skip_serializing_if = "is_zero_i32")]
+    pub omitted: i32,
+
+    /// Why nothing could be bound (the FailedScheduling message), when that was the decision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl SchedulingDecision {
+    /// Selected clusters listed one by one.
+    pub const MAX_SELECTED: usize = 20;
+    /// Groups of dropped clusters (distinct reasons).
+    pub const MAX_GROUPS: usize = 10;
+    /// Clusters named per group (the count says how many there are).
+    pub const MAX_GROUP_CLUSTERS: usize = 10;
+    /// Longest reason or error text kept, in bytes.
+    pub const MAX_REASON: usize = 512;
+}
+
+/// One bound cluster in a scheduling decision.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SelectedCluster {
+    /// `<namespace>/<name>` of the ManagedCluster.
+    pub cluster: String,
+    /// Its total score, when scored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub score: Option<i64>,
+    /// Dynamic dividing: the replicas the predictor said it could take, per feed key.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub predicted: BTreeMap<String, i32>,
+}
+
+/// Clusters a scheduling decision left out for the same reason.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DroppedClusters {
+    /// The step and its reason, as the placement what-if words it (`dropped by
+    /// TaintToleration: ...`).
+    pub reason: String,
+    /// How many clusters were left out for it.
+    pub count: i32,
+    /// The first of them, `<namespace>/<name>`, sorted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clusters: Vec<String>,
 }
 
 /// Condition type on a Subscription: every feed was found and is of a kind this build deploys.

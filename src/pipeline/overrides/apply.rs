@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use super::helm::coalesce_helm_values;
 use super::{MAX_JSON_PATCH_OPERATIONS, OverrideError};
+use crate::apis::placement::FieldChange;
 use crate::apis::{FieldFormat, OverrideConfig, OverrideType};
 use crate::kube_ext::yaml;
 
@@ -153,20 +154,6 @@ pub(super) fn apply_docs(
         apply_rule(&mut g, &mut c, rule)?;
     }
     Ok((g, c))
-}
-
-/// One field of a rendered object that an override set, changed or removed, with the override
-/// that did it last (a later override of the same field wins, as it does in the object).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct FieldChange {
-    /// JSON pointer of the field (`/spec/replicas`).
-    pub path: String,
-    /// The rule's `name` in its Globalization or Localization.
-    pub rule: String,
-    #[serde(rename = "type")]
-    pub type_: OverrideType,
-    pub source: super::OverrideSource,
 }
 
 /// [`render_generic`] that also says which override set which field: the rules are applied one

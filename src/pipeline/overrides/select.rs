@@ -7,22 +7,9 @@ use std::collections::BTreeMap;
 use kube::ResourceExt;
 
 use super::OverrideError;
+use crate::apis::placement::OverrideSource;
 use crate::apis::{Feed, Globalization, Localization, OverrideConfig};
 use crate::kube_ext::labels::Selector;
-
-/// Where an override rule comes from: what the placement what-if names next to a field it set.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct OverrideSource {
-    /// `Globalization` or `Localization`.
-    pub kind: String,
-    /// The Localization's namespace (Globalizations are cluster-scoped).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub namespace: Option<String>,
-    pub name: String,
-    /// The effective priority (unset = 500).
-    pub priority: i32,
-}
 
 /// One override rule with the object it comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
