@@ -171,6 +171,7 @@ fn check_contents(overlay: &str, objects: &[Value]) -> Vec<String> {
         ("APIService", "v1alpha1.shadow"),
         ("APIService", "v1alpha1.proxies.clusternet.io"),
         ("APIService", "v1alpha1.placement.clusternet.io"),
+        ("APIService", "v1alpha1.dashboard.clusternet.io"),
         ("ClusterRole", "clusternet:system:bootstrapping"),
     ] {
         need(

@@ -26,6 +26,7 @@
 
 pub mod apps;
 pub mod clusters;
+pub mod dashboard;
 pub mod hash;
 pub mod known;
 pub mod mcs;

@@ -34,6 +34,26 @@ pub enum Attributes {
 }
 
 impl Attributes {
+    /// A resource request without subresource.
+    pub fn resource(
+        verb: &str,
+        group: &str,
+        version: &str,
+        resource: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Attributes {
+        Attributes::Resource {
+            verb: verb.into(),
+            group: group.into(),
+            version: version.into(),
+            resource: resource.into(),
+            subresource: String::new(),
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
     pub fn describe(&self) -> String {
         match self {
             Attributes::Resource {

@@ -6,7 +6,7 @@
 
 use serde_json::{Value, json};
 
-use crate::apis::{placement, proxies};
+use crate::apis::{dashboard, placement, proxies};
 
 pub const SHADOW_GROUP: &str = "shadow";
 pub const SHADOW_VERSION: &str = "v1alpha1";
@@ -29,6 +29,7 @@ pub fn api_group_list(shadow: bool) -> Value {
         groups.push(api_group(SHADOW_GROUP, SHADOW_VERSION));
     }
     groups.push(api_group(placement::GROUP, placement::VERSION));
+    groups.push(api_group(dashboard::GROUP, dashboard::VERSION));
     for g in &mut groups {
         if let Some(o) = g.as_object_mut() {
             o.remove("kind");
@@ -80,6 +81,22 @@ pub fn placement_resources() -> Value {
             // a review, answered and never stored
             "verbs": ["create"],
             "categories": [proxies::SOCKET_CATEGORY],
+        }]
+    })
+}
+
+/// `GET /apis/dashboard.clusternet.io/v1alpha1`: the pages, read with `get`.
+pub fn dashboard_resources() -> Value {
+    json!({
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": dashboard::API_VERSION,
+        "resources": [{
+            "name": dashboard::RESOURCE,
+            "singularName": "page",
+            "namespaced": false,
+            "kind": "Page",
+            "verbs": ["get"],
         }]
     })
 }

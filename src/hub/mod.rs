@@ -9,6 +9,7 @@
 pub mod authn;
 pub mod authz;
 pub mod body;
+pub mod dashboard;
 pub mod discovery;
 pub mod peers;
 pub mod placement;

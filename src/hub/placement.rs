@@ -77,7 +77,7 @@ pub async fn handle(
     hub.authz
         .authorize(
             user,
-            resource_attrs(
+            Attributes::resource(
                 "create",
                 placement::GROUP,
                 placement::VERSION,
@@ -93,25 +93,6 @@ pub async fn handle(
     let value = serde_json::to_value(&review)
         .map_err(|e| ApiError::internal(format!("encoding the review: {e}")))?;
     Ok((StatusCode::CREATED, value))
-}
-
-fn resource_attrs(
-    verb: &str,
-    group: &str,
-    version: &str,
-    resource: &str,
-    namespace: &str,
-    name: &str,
-) -> Attributes {
-    Attributes::Resource {
-        verb: verb.into(),
-        group: group.into(),
-        version: version.into(),
-        resource: resource.into(),
-        subresource: String::new(),
-        namespace: namespace.into(),
-        name: name.into(),
-    }
 }
 
 /// A `PlacementReview`, or a bare Subscription (what `placement -f subscription.yaml` sends is
@@ -198,7 +179,7 @@ async fn review_placement(
 ) -> Result<PlacementReviewStatus, ApiError> {
     let client = hub.rt.client.clone();
     let apps = |resource: &str, ns: &str, name: &str, verb: &str| {
-        resource_attrs(
+        Attributes::resource(
             verb,
             crate::apis::apps::GROUP,
             "v1alpha1",
@@ -233,7 +214,7 @@ async fn review_placement(
     hub.authz
         .authorize(
             user,
-            resource_attrs(
+            Attributes::resource(
                 "list",
                 crate::apis::clusters::GROUP,
                 "v1beta1",

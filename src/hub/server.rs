@@ -182,21 +182,6 @@ fn routes(hub: Arc<Hub>) -> Routes {
         .map(|hub: Arc<Hub>| {
             discovery_reply(&hub, |h| Ok(discovery::api_group_list(h.shadow.is_some())))
         });
-    let proxies_group = warp::path!("apis" / "proxies.clusternet.io")
-        .and(get())
-        .and(with_hub.clone())
-        .map(|hub: Arc<Hub>| {
-            discovery_reply(&hub, |_| {
-                Ok(discovery::api_group(
-                    crate::apis::proxies::GROUP,
-                    crate::apis::proxies::VERSION,
-                ))
-            })
-        });
-    let proxies_version = warp::path!("apis" / "proxies.clusternet.io" / "v1alpha1")
-        .and(get())
-        .and(with_hub.clone())
-        .map(|hub: Arc<Hub>| discovery_reply(&hub, |_| Ok(discovery::proxies_resources())));
     let shadow_group = warp::path!("apis" / "shadow")
         .and(get())
         .and(with_hub.clone())
@@ -282,21 +267,54 @@ fn routes(hub: Arc<Hub>) -> Routes {
                 })
             },
         );
-    let placement_group = warp::path!("apis" / "placement.clusternet.io")
-        .and(get())
+    // the discovery documents of a group the hub alone serves: `/apis/<group>` and
+    // `/apis/<group>/<version>`
+    let group_discovery = |group: &'static str, version: &'static str, resources: fn() -> Value| {
+        let group_doc = warp::path("apis")
+            .and(warp::path(group))
+            .and(warp::path::end())
+            .and(get())
+            .and(with_hub.clone())
+            .map(move |hub: Arc<Hub>| {
+                discovery_reply(&hub, |_| Ok(discovery::api_group(group, version)))
+            });
+        let version_doc = warp::path("apis")
+            .and(warp::path(group))
+            .and(warp::path(version))
+            .and(warp::path::end())
+            .and(get())
+            .and(with_hub.clone())
+            .map(move |hub: Arc<Hub>| discovery_reply(&hub, |_| Ok(resources())));
+        group_doc.or(version_doc).unify().boxed()
+    };
+    let proxies_discovery = group_discovery(
+        crate::apis::proxies::GROUP,
+        crate::apis::proxies::VERSION,
+        discovery::proxies_resources,
+    );
+    let placement_discovery = group_discovery(
+        crate::apis::placement::GROUP,
+        crate::apis::placement::VERSION,
+        discovery::placement_resources,
+    );
+    let dashboard_discovery = group_discovery(
+        crate::apis::dashboard::GROUP,
+        crate::apis::dashboard::VERSION,
+        discovery::dashboard_resources,
+    );
+    let dashboard = warp::path("apis")
+        .and(warp::path(crate::apis::dashboard::GROUP))
+        .and(warp::path(crate::apis::dashboard::VERSION))
+        .and(warp::path(crate::apis::dashboard::RESOURCE))
+        .and(warp::path::tail())
+        .and(warp::method())
         .and(with_hub.clone())
-        .map(|hub: Arc<Hub>| {
-            discovery_reply(&hub, |_| {
-                Ok(discovery::api_group(
-                    crate::apis::placement::GROUP,
-                    crate::apis::placement::VERSION,
-                ))
-            })
-        });
-    let placement_version = warp::path!("apis" / "placement.clusternet.io" / "v1alpha1")
-        .and(get())
-        .and(with_hub.clone())
-        .map(|hub: Arc<Hub>| discovery_reply(&hub, |_| Ok(discovery::placement_resources())));
+        .and(warp::ext::get::<Caller>())
+        .then(
+            |tail: warp::path::Tail, method: Method, hub: Arc<Hub>, caller: Caller| async move {
+                super::dashboard::handle(&hub, &caller.0, &method, tail.as_str()).await
+            },
+        );
     let placement_api = warp::path("apis")
         .and(warp::path("placement.clusternet.io"))
         .and(warp::path("v1alpha1"))
@@ -330,9 +348,7 @@ fn routes(hub: Arc<Hub>) -> Routes {
         );
     let not_found = warp::path::full()
         .map(|p: warp::path::FullPath| reply_error(ApiError::not_found_path(p.as_str())));
-    apis.or(proxies_group)
-        .unify()
-        .or(proxies_version)
+    apis.or(proxies_discovery)
         .unify()
         .or(shadow_group)
         .unify()
@@ -346,11 +362,13 @@ fn routes(hub: Arc<Hub>) -> Routes {
         .unify()
         .or(shadow_api)
         .unify()
-        .or(placement_group)
-        .unify()
-        .or(placement_version)
+        .or(placement_discovery)
         .unify()
         .or(placement_api)
+        .unify()
+        .or(dashboard_discovery)
+        .unify()
+        .or(dashboard)
         .unify()
         .or(not_found)
         .unify()

@@ -15,6 +15,7 @@
 //! The exit code is kubectl's; the plugin's own failures print one `error: ...` line and exit 1.
 
 pub mod args;
+pub mod dashboard;
 pub mod kubeconfig;
 pub mod placement;
 pub mod proxy;
@@ -53,6 +54,8 @@ pub enum PluginError {
     Listen(#[source] std::io::Error),
     #[error("{0}")]
     Placement(String),
+    #[error("{0}")]
+    Dashboard(String),
     #[error("cannot start the tokio runtime: {0}")]
     Runtime(#[source] std::io::Error),
     #[error("cannot run {path}: {source}")]
@@ -98,6 +101,7 @@ pub fn complete(args: &[OsString]) -> String {
         vec![
             "version",
             "placement",
+            "dashboard",
             "get",
             "describe",
             "apply",
@@ -155,6 +159,9 @@ fn run(args: &[OsString]) -> Result<ExitCode, PluginError> {
     if args::subcommand(&inv.kubectl_args) == Some(OsStr::new("placement")) {
         return run_placement(&inv);
     }
+    if args::subcommand(&inv.kubectl_args) == Some(OsStr::new("dashboard")) {
+        return run_dashboard(&inv);
+    }
     if needs_no_cluster(&inv.kubectl_args) {
         // help and completion talk to no server: no kubeconfig is needed (or read)
         let kubectl = find_kubectl()?;
@@ -197,27 +204,71 @@ fn run(args: &[OsString]) -> Result<ExitCode, PluginError> {
 
 /// `kubectl clusternet placement ...`: the plugin's own command, answered by the hub.
 fn run_placement(inv: &Invocation) -> Result<ExitCode, PluginError> {
+    let rest = match own_command(inv, "placement", placement::USAGE) {
+        Ok(rest) => rest,
+        Err(done) => return done.map_err(PluginError::Placement),
+    };
+    let wanted = placement::parse(&rest)
+        .map_err(|e| PluginError::Placement(format!("{e}\n\n{}", placement::USAGE)))?;
+    with_parent_client(inv, |client, namespace| async move {
+        placement::run(client, &wanted, namespace.as_deref())
+            .await
+            .map_err(PluginError::Placement)
+    })
+}
+
+/// `kubectl clusternet dashboard ...`: the hub's pages on a local address.
+fn run_dashboard(inv: &Invocation) -> Result<ExitCode, PluginError> {
+    let rest = match own_command(inv, "dashboard", dashboard::USAGE) {
+        Ok(rest) => rest,
+        Err(done) => return done.map_err(PluginError::Dashboard),
+    };
+    let wanted = dashboard::parse(&rest)
+        .map_err(|e| PluginError::Dashboard(format!("{e}\n\n{}", dashboard::USAGE)))?;
+    with_parent_client(inv, |client, _| async move {
+        dashboard::run(client, &wanted)
+            .await
+            .map_err(PluginError::Dashboard)
+    })
+}
+
+/// The arguments of the plugin's own command `word` (the word itself removed), or what to end
+/// with instead: its help, or the error of child-cluster flags (these commands ask the parent).
+fn own_command(
+    inv: &Invocation,
+    word: &str,
+    usage: &str,
+) -> Result<Vec<OsString>, Result<ExitCode, String>> {
     let mut rest: Vec<OsString> = inv.kubectl_args.clone();
-    if let Some(i) = rest.iter().position(|a| a == "placement") {
+    if let Some(i) = rest.iter().position(|a| a == word) {
         rest.remove(i);
     }
     if rest.iter().any(|a| a == "-h" || a == "--help") {
-        return Ok(crate::emit(placement::USAGE));
+        return Err(Ok(crate::emit(usage)));
     }
     if inv.own.cluster_id.is_some() || inv.own.child_kubeconfig.is_some() {
-        return Err(PluginError::Placement(
-            "placement asks the parent: --cluster-id and --child-kubeconfig do not apply".into(),
-        ));
+        return Err(Err(format!(
+            "{word} asks the parent: --cluster-id and --child-kubeconfig do not apply"
+        )));
     }
-    let wanted = placement::parse(&rest)
-        .map_err(|e| PluginError::Placement(format!("{e}\n\n{}", placement::USAGE)))?;
+    Ok(rest)
+}
+
+/// Runs `work` with a client for the parent (the kubeconfig's credentials) and the context's
+/// namespace, on a runtime of its own.
+fn with_parent_client<F, Fut>(inv: &Invocation, work: F) -> Result<ExitCode, PluginError>
+where
+    F: FnOnce(kube::Client, Option<String>) -> Fut,
+    Fut: std::future::Future<Output = Result<ExitCode, PluginError>>,
+{
     let config = kubeconfig::load_kubeconfig(&inv.config)?;
     let parent = kubeconfig::resolve_parent(&config, &inv.config)?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
         .enable_all()
         .build()
         .map_err(PluginError::Runtime)?;
-    runtime.block_on(async {
+    let result = runtime.block_on(async {
         let config = kube::Config::from_custom_kubeconfig(
             parent.to_kubeconfig(),
             &kube::config::KubeConfigOptions::default(),
@@ -226,10 +277,10 @@ fn run_placement(inv: &Invocation) -> Result<ExitCode, PluginError> {
         .map_err(|e| PluginError::Client(e.to_string()))?;
         let client =
             kube::Client::try_from(config).map_err(|e| PluginError::Client(e.to_string()))?;
-        placement::run(client, &wanted, parent.namespace.as_deref())
-            .await
-            .map_err(PluginError::Placement)
-    })
+        work(client, parent.namespace.clone()).await
+    });
+    runtime.shutdown_background();
+    result
 }
 
 /// The plugin's own flags, printed above kubectl's help.
@@ -252,6 +303,8 @@ Plugin commands:
   placement -f FILE | subscription NAME
                                        explain where a Subscription goes and why, changing
                                        nothing (see `kubectl clusternet placement --help`)
+  dashboard [--port N] [--no-browser]  open the fleet's dashboard, read with your credentials
+                                       (see `kubectl clusternet dashboard --help`)
 
 kubectl's own help follows.
 

@@ -42,25 +42,39 @@ impl Proxy {
 
 /// Accepts connections until the runtime is shut down.
 pub async fn serve(listener: TcpListener, proxy: Arc<Proxy>) {
+    serve_with(listener, move |req| {
+        let proxy = Arc::clone(&proxy);
+        async move { handle(&proxy, req).await }
+    })
+    .await
+}
+
+/// Accepts HTTP/1 connections on `listener` until the runtime is shut down, answering each
+/// request with `handler` (the kubectl proxy's and the dashboard's loop).
+pub async fn serve_with<H, F>(listener: TcpListener, handler: H)
+where
+    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: std::future::Future<Output = Response<ProxyBody>> + Send + 'static,
+{
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
             Err(e) => {
-                tracing::warn!(error = %e, "accepting a kubectl connection failed");
+                tracing::warn!(error = %e, "accepting a local connection failed");
                 continue;
             }
         };
-        let proxy = Arc::clone(&proxy);
+        let handler = handler.clone();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req| {
-                let proxy = Arc::clone(&proxy);
-                async move { Ok::<_, Infallible>(handle(&proxy, req).await) }
+                let answer = handler(req);
+                async move { Ok::<_, Infallible>(answer.await) }
             });
             if let Err(e) = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service)
                 .await
             {
-                tracing::debug!(error = %e, "kubectl connection ended with an error");
+                tracing::debug!(error = %e, "a local connection ended with an error");
             }
         });
     }

@@ -37,9 +37,9 @@ HUB_PORT=${HUB_PORT:-9443}
 say "starting clusternet --role=hub,scheduler,controller against the parent (hub on 127.0.0.1:$HUB_PORT)"
 start_bg clusternet-parent --role=hub,scheduler,controller --kubeconfig="$DIR/parent.kubeconfig" \
   --bind-address=127.0.0.1 --secure-port="$HUB_PORT"
-say "registering the hub with the parent's aggregator (APIServices proxies.clusternet.io, shadow, placement.clusternet.io)"
+say "registering the hub with the parent's aggregator (APIServices proxies.clusternet.io, shadow, placement.clusternet.io, dashboard.clusternet.io)"
 K8S_BIN="$BIN" bash "$here/hub-register.sh" "$DIR/parent.kubeconfig" "$HUB_PORT"
-for svc in v1alpha1.proxies.clusternet.io v1alpha1.shadow v1alpha1.placement.clusternet.io; do
+for svc in v1alpha1.proxies.clusternet.io v1alpha1.shadow v1alpha1.placement.clusternet.io v1alpha1.dashboard.clusternet.io; do
   kubectl --kubeconfig "$DIR/parent.kubeconfig" wait --for=condition=Available "apiservice/$svc" --timeout=60s >/dev/null
 done
 # the kubectl plugin is this same binary under the name kubectl-clusternet
@@ -158,6 +158,8 @@ The demo is running:
   logs:      $DIR/logs/ (clusternet-parent.log, clusternet-agent-child1.log, kube-apiserver, kwok, ...)
   kubectl:   $BIN/kubectl matches the servers (v1.36)
   plugin:    export PATH=$DIR/bin:$BIN:\$PATH  (kubectl clusternet = $DIR/bin/kubectl-clusternet)
+  dashboard: kubectl clusternet --kubeconfig $DIR/parent.kubeconfig dashboard
+             then open http://127.0.0.1:50750/ (--no-browser only prints it; --port N for another port)
 Try: stop an agent (kill \$(cat $DIR/pids/clusternet-agent-child1.pid)) and watch child1 turn
 Ready=Unknown and get tainted after 3 missed heartbeats (60s), then run \`just demo\` again.
 Stop everything with: just demo-down $DIR

@@ -7,6 +7,9 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 CHILDREN=${CLUSTERNET_TEST_CHILDREN:-3}
 bash "$here/k8s-bin.sh" >/dev/null
+# the dashboard's tests render its pages in a real headless Chromium
+CLUSTERNET_CHROMIUM=$(bash "$here/browser.sh")
+export CLUSTERNET_CHROMIUM
 if [ -z "${CLUSTERNET_TEST_ENV:-}" ]; then
   dir=$(mktemp -d /tmp/clusternet-test-XXXXXX)
   trap 'bash "$here/env-down.sh" "$dir" >/dev/null 2>&1 || true' EXIT

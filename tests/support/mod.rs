@@ -996,6 +996,7 @@ impl TestEnv {
                 "v1alpha1.proxies.clusternet.io",
                 "v1alpha1.shadow",
                 "v1alpha1.placement.clusternet.io",
+                "v1alpha1.dashboard.clusternet.io",
             ] {
                 let ok = Command::new(self.bin("kubectl"))
                     .arg("--kubeconfig")
