@@ -90,15 +90,176 @@ fn reqwest_like_get(url: &str) -> String {
     use std::io::{Read, Write};
     let rest = url.strip_prefix("http://").expect("an http URL");
     let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    let mut s = std::net::TcpStream::connect(authority).expect("connecting to the dashboard");
+    let mut s = std::net::TcpStream::connect(authority).expect("connecting");
+    s.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("a read timeout");
     write!(
         s,
         "GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n"
     )
     .expect("request");
-    let mut out = String::new();
-    s.read_to_string(&mut out).expect("response");
-    out
+    // up to the end of the headers, then Content-Length bytes (a server may keep the
+    // connection open whatever the request says), else to the end of the stream
+    let mut raw = Vec::new();
+    let mut byte = [0u8; 1];
+    while !raw.ends_with(b"\r\n\r\n") {
+        match s.read(&mut byte) {
+            Ok(1) => raw.push(byte[0]),
+            _ => break,
+        }
+    }
+    let head = String::from_utf8_lossy(&raw).into_owned();
+    let length = head.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        if k.eq_ignore_ascii_case("content-length") {
+            v.trim().parse::<usize>().ok()
+        } else {
+            None
+        }
+    });
+    let mut body = Vec::new();
+    match length {
+        Some(n) => {
+            body.resize(n, 0);
+            s.read_exact(&mut body).expect("the body");
+        }
+        None => {
+            let _ = s.read_to_end(&mut body);
+        }
+    }
+    head + &String::from_utf8_lossy(&body)
+}
+
+/// A headless Chromium kept open on a page and driven through the DevTools protocol: the page
+/// stays loaded while the fleet changes, as a person's would.
+struct LivePage {
+    child: Child,
+    ws: async_tungstenite::WebSocketStream<async_tungstenite::tokio::ConnectStream>,
+    next_id: u64,
+    profile: PathBuf,
+}
+
+impl LivePage {
+    async fn open(url: &str) -> LivePage {
+        let profile = std::env::temp_dir().join(format!("clusternet-chromium-{}", uid()));
+        let mut child = Command::new(chromium())
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+            ])
+            .args(["--no-first-run", "--remote-debugging-port=0"])
+            .arg(format!("--user-data-dir={}", profile.display()))
+            .arg(url)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting chromium");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            // keep draining: a full pipe would stall the browser
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(rest) = line.strip_prefix("DevTools listening on ") {
+                    let _ = tx.send(rest.to_string());
+                }
+            }
+        });
+        let endpoint = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("chromium's DevTools endpoint");
+        let authority = endpoint
+            .trim_start_matches("ws://")
+            .split('/')
+            .next()
+            .expect("host:port")
+            .to_string();
+        let targets = wait_for(
+            "the page's DevTools target",
+            Duration::from_secs(20),
+            || async {
+                let raw = reqwest_like_get(&format!("http://{authority}/json/list"));
+                let body = raw
+                    .split_once("\r\n\r\n")
+                    .map(|(_, b)| b)
+                    .unwrap_or_default();
+                let list: Vec<serde_json::Value> =
+                    serde_json::from_str(body).map_err(|e| format!("{e}: {raw}"))?;
+                list.into_iter()
+                    .find(|t| t["type"] == "page")
+                    .and_then(|t| t["webSocketDebuggerUrl"].as_str().map(str::to_string))
+                    .ok_or_else(|| format!("no page yet: {body}"))
+            },
+        )
+        .await;
+        let (ws, _) = async_tungstenite::tokio::connect_async(targets.as_str())
+            .await
+            .expect("connecting to the page");
+        LivePage {
+            child,
+            ws,
+            next_id: 0,
+            profile,
+        }
+    }
+
+    /// The value of `expression` in the page.
+    async fn eval(&mut self, expression: &str) -> serde_json::Value {
+        use async_tungstenite::tungstenite::Message;
+        use futures::StreamExt;
+        self.next_id += 1;
+        let id = self.next_id;
+        let call = json!({"id": id, "method": "Runtime.evaluate",
+                          "params": {"expression": expression, "returnByValue": true}});
+        self.ws
+            .send(Message::Text(call.to_string().into()))
+            .await
+            .expect("sending to the page");
+        loop {
+            let msg = tokio::time::timeout(Duration::from_secs(20), self.ws.next())
+                .await
+                .expect("the page answers")
+                .expect("the page's connection")
+                .expect("a message");
+            if let Message::Text(text) = msg {
+                let v: serde_json::Value = serde_json::from_str(text.as_str()).expect("JSON");
+                if v["id"] == id {
+                    return v["result"]["result"]["value"].clone();
+                }
+            }
+        }
+    }
+
+    /// Evaluates `expression` until it gives `want`.
+    async fn wait_until(
+        &mut self,
+        what: &str,
+        expression: &str,
+        want: serde_json::Value,
+        within: Duration,
+    ) {
+        let start = std::time::Instant::now();
+        loop {
+            let got = self.eval(expression).await;
+            if got == want {
+                return;
+            }
+            assert!(
+                start.elapsed() < within,
+                "{what}: {expression} is {got}, not {want}"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+}
+
+impl Drop for LivePage {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.profile);
+    }
 }
 
 /// `kubectl clusternet dashboard --no-browser --port 0 ARGS`, running until dropped.
@@ -247,7 +408,12 @@ async fn the_pages_show_the_fleet_and_its_subscriptions() {
     ] {
         assert!(raw.contains(header), "{header} missing: {raw}");
     }
-    assert!(!raw.contains("<script"), "{raw}");
+    // the one script is the hub's own file, nothing inline (the aggregator re-serialises the
+    // HTML it proxies, `defer` comes back as `defer=""`)
+    assert_eq!(raw.matches("<script").count(), 1, "{raw}");
+    assert!(raw.contains("<script src=\"assets/dashboard.js\""), "{raw}");
+    let js = reqwest_like_get(&dash.page("assets/dashboard.js"));
+    assert!(js.contains("new EventSource(\"events\")"), "{js}");
     let page = dom(&dash.page("subscriptions"));
     let row = format!("data-subscription=\"{}/hello\"", ns.name);
     assert!(page.contains(&row), "{row} missing:\n{page}");
@@ -261,6 +427,71 @@ async fn the_pages_show_the_fleet_and_its_subscriptions() {
     assert!(page.contains("2/2 ready"), "{page}");
     screenshot(&dash.page("clusters"), "dashboard-clusters.png");
     screenshot(&dash.page("subscriptions"), "dashboard-subscriptions.png");
+}
+
+/// An open Clusters page follows the fleet: the agent of a child stops, and its row turns
+/// not ready in the page that stays loaded (the same document: no reload), fed by the hub's
+/// server-sent events.
+#[tokio::test]
+async fn an_open_page_follows_the_fleet_without_a_reload() {
+    let env = TestEnv::get();
+    env.with_hub();
+    env.with_controller();
+    let id = uid();
+    let mut clusters = support::register_with(
+        env,
+        &id,
+        &[2],
+        "Pull",
+        &[],
+        &["--cluster-status-update-frequency=2s"],
+    )
+    .await;
+    let c = &mut clusters[0];
+    let dash = Dashboard::start(env, &[]);
+    let mut page = LivePage::open(&dash.page("clusters")).await;
+    page.wait_until(
+        "the page to follow the hub's events",
+        "document.body.dataset.live",
+        json!("on"),
+        Duration::from_secs(20),
+    )
+    .await;
+    let row = format!(
+        "document.querySelector('tr[data-cluster=\"{}/{}\"]')?.className ?? 'missing'",
+        c.dedicated, c.name
+    );
+    page.wait_until(
+        "the cluster to show ready",
+        &row,
+        json!("ready"),
+        Duration::from_secs(30),
+    )
+    .await;
+    // a mark only this document carries: a reload would lose it
+    assert_eq!(page.eval("window.clusternetTestMark = 42").await, json!(42));
+    c.agent.kill();
+    page.wait_until(
+        "the row to turn not ready",
+        &row,
+        json!("not-ready"),
+        Duration::from_secs(90),
+    )
+    .await;
+    assert_eq!(
+        page.eval("window.clusternetTestMark").await,
+        json!(42),
+        "the page was updated in place, not reloaded"
+    );
+    let state = format!(
+        "document.querySelector('tr[data-cluster=\"{}/{}\"] td.state')?.textContent",
+        c.dedicated, c.name
+    );
+    let text = page.eval(&state).await;
+    assert!(
+        text.as_str().is_some_and(|t| t.starts_with("NotReady")),
+        "the state cell: {text}"
+    );
 }
 
 /// A user who may open the pages but not list ManagedClusters sees a clear message and none

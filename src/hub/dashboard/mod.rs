@@ -4,8 +4,11 @@
 //! Read-only, from the hub's shared watch cache (never a list against the API server per page
 //! view), and as the caller: before a page shows a kind, a SubjectAccessReview asks whether the
 //! caller may `list` it in the parent; if not, the page says so and shows none of it. Pages are
-//! rendered on the server ([`render`]); the stylesheet is embedded in the binary. Every answer
-//! carries a Content-Security-Policy that allows no script and no framing.
+//! rendered on the server ([`render`]); the stylesheet and one small script are embedded in the
+//! binary. The script keeps an open page current: `pages/events` (server-sent events, fed by the
+//! same cache's change streams, never by polling) says which kinds changed, at most once a
+//! second, and the script fetches the page again and swaps its content. Every answer carries a
+//! Content-Security-Policy that allows no inline script, no other origin and no framing.
 
 pub mod render;
 
@@ -27,14 +30,20 @@ use render::{BoundCluster, ClusterRow, Page, Resource, SubscriptionRow};
 
 /// The stylesheet, embedded at build time.
 const STYLESHEET: &str = include_str!("dashboard.css");
+/// The script that keeps an open page current (no framework: a dozen lines).
+const SCRIPT: &str = include_str!("dashboard.js");
+
+/// Changes arriving within this long reach an open page as one event (a fleet's heartbeats
+/// change its ManagedClusters every few seconds each).
+const COALESCE: Duration = Duration::from_secs(1);
 
 /// How long a page waits for a kind's first list after the hub started watching it.
 const CACHE_WAIT: Duration = Duration::from_secs(10);
 
 /// The security headers of every dashboard answer: no script at all, styles and images from the
 /// hub only, never framed, nothing cached or leaked in referrers.
-const CSP: &str = "default-src 'none'; style-src 'self'; img-src 'self' data:; \
-                   frame-ancestors 'none'; base-uri 'none'; form-action 'none'";
+const CSP: &str = "default-src 'none'; style-src 'self'; script-src 'self'; connect-src 'self'; \
+                   img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'";
 
 /// One request under `/apis/dashboard.clusternet.io/v1alpha1/pages/`: `page` is what follows.
 pub async fn handle(
@@ -57,6 +66,12 @@ pub async fn handle(
         "assets/dashboard.css" => {
             answer(StatusCode::OK, "text/css; charset=utf-8", STYLESHEET.into())
         }
+        "assets/dashboard.js" => answer(
+            StatusCode::OK,
+            "text/javascript; charset=utf-8",
+            SCRIPT.into(),
+        ),
+        "events" => events(hub, user).await,
         other => answer(
             StatusCode::NOT_FOUND,
             html,
@@ -75,6 +90,12 @@ pub async fn handle(
 fn answer(code: StatusCode, content_type: &str, body: String) -> warp::reply::Response {
     let mut r = warp::reply::Response::new(body.into());
     *r.status_mut() = code;
+    secure(&mut r, content_type);
+    r
+}
+
+/// The content type and the security headers of every dashboard answer.
+fn secure(r: &mut warp::reply::Response, content_type: &str) {
     let h = r.headers_mut();
     let set = |h: &mut http::HeaderMap, k: header::HeaderName, v: &str| {
         if let Ok(v) = HeaderValue::from_str(v) {
@@ -87,7 +108,79 @@ fn answer(code: StatusCode, content_type: &str, body: String) -> warp::reply::Re
     set(h, header::X_CONTENT_TYPE_OPTIONS, "nosniff");
     set(h, header::REFERRER_POLICY, "no-referrer");
     set(h, header::CACHE_CONTROL, "no-store");
+}
+
+/// `pages/events`: a server-sent `change` event, its data the kinds that changed
+/// (`managedclusters`, `subscriptions`), whenever the shared cache sees them change; only the
+/// kinds the caller may list, so an event never tells of what the caller may not see.
+async fn events(hub: &Hub, user: &UserInfo) -> warp::reply::Response {
+    use futures::StreamExt;
+    use warp::Reply;
+    let mut kinds: Vec<futures::stream::BoxStream<'static, &'static str>> = Vec::new();
+    if may_list(
+        hub,
+        user,
+        crate::apis::clusters::GROUP,
+        "v1beta1",
+        "managedclusters",
+    )
+    .await
+    {
+        let changes = hub.rt.cache.watch::<ManagedCluster>().subscribe();
+        kinds.push(changes.map(|_| "managedclusters").boxed());
+    }
+    if may_list(
+        hub,
+        user,
+        crate::apis::apps::GROUP,
+        "v1alpha1",
+        "subscriptions",
+    )
+    .await
+    {
+        let changes = hub.rt.cache.watch::<Subscription>().subscribe();
+        kinds.push(changes.map(|_| "subscriptions").boxed());
+    }
+    let (tx, rx) = tokio::sync::mpsc::channel::<String>(4);
+    tokio::spawn(async move {
+        let mut changes = futures::stream::select_all(kinds);
+        while let Some(first) = changes.next().await {
+            let mut changed = std::collections::BTreeSet::from([first]);
+            let window = tokio::time::sleep(COALESCE);
+            tokio::pin!(window);
+            loop {
+                tokio::select! {
+                    () = &mut window => break,
+                    next = changes.next() => match next {
+                        Some(kind) => { changed.insert(kind); }
+                        None => break,
+                    },
+                }
+            }
+            let data = changed.into_iter().collect::<Vec<_>>().join(",");
+            // the page went away: stop following the cache for it
+            if tx.send(data).await.is_err() {
+                return;
+            }
+        }
+    });
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        let data = rx.recv().await?;
+        Some((
+            Ok::<_, std::convert::Infallible>(
+                warp::sse::Event::default().event("change").data(data),
+            ),
+            rx,
+        ))
+    });
+    let mut r = warp::sse::reply(warp::sse::keep_alive().stream(stream)).into_response();
+    secure(&mut r, "text/event-stream");
     r
+}
+
+async fn may_list(hub: &Hub, user: &UserInfo, group: &str, version: &str, resource: &str) -> bool {
+    let attrs = Attributes::resource("list", group, version, resource, "", "");
+    hub.authz.authorize(user, attrs).await.is_ok()
 }
 
 /// The objects of kind `K` the page shows, from the hub's shared cache, once the SubjectAccessReview
