@@ -141,10 +141,24 @@ async fn events(hub: &Hub, user: &UserInfo) -> warp::reply::Response {
         let changes = hub.rt.cache.watch::<Subscription>().subscribe();
         kinds.push(changes.map(|_| "subscriptions").boxed());
     }
+    if kinds.is_empty() {
+        // nothing to tell this caller: the stream stays open (keep-alives only) rather than
+        // ending, which would make the page reconnect every few seconds
+        kinds.push(futures::stream::pending().boxed());
+    }
     let (tx, rx) = tokio::sync::mpsc::channel::<String>(4);
     tokio::spawn(async move {
         let mut changes = futures::stream::select_all(kinds);
-        while let Some(first) = changes.next().await {
+        loop {
+            // the page went away (its stream was dropped): stop following the cache for it,
+            // even when nothing changes
+            let first = tokio::select! {
+                () = tx.closed() => return,
+                next = changes.next() => match next {
+                    Some(kind) => kind,
+                    None => return,
+                },
+            };
             let mut changed = std::collections::BTreeSet::from([first]);
             let window = tokio::time::sleep(COALESCE);
             tokio::pin!(window);
@@ -158,7 +172,6 @@ async fn events(hub: &Hub, user: &UserInfo) -> warp::reply::Response {
                 }
             }
             let data = changed.into_iter().collect::<Vec<_>>().join(",");
-            // the page went away: stop following the cache for it
             if tx.send(data).await.is_err() {
                 return;
             }
