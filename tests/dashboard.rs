@@ -514,23 +514,7 @@ async fn a_user_without_rights_sees_a_message_not_the_data() {
                "subjects": [{"kind": "User", "name": user}]}),
     ];
     for obj in &rbac {
-        let mut c = Command::new(env.bin("kubectl"))
-            .arg("--kubeconfig")
-            .arg(env.parent_kubeconfig())
-            .args(["apply", "-f", "-"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("kubectl apply");
-        {
-            use std::io::Write;
-            c.stdin
-                .take()
-                .expect("stdin")
-                .write_all(obj.to_string().as_bytes())
-                .expect("writing");
-        }
-        assert!(c.wait().expect("kubectl").success(), "applying {obj}");
+        env.kubectl_apply(obj);
     }
     let as_user = format!("--as={user}");
     let dash = Dashboard::start(env, &[&as_user]);

@@ -578,24 +578,8 @@ async fn a_user_who_cannot_read_managedclusters_gets_403() {
                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reviews"},
                "subjects": [{"kind": "User", "name": user}]}),
     ];
-    for obj in rbac {
-        let out = std::process::Command::new(env.bin("kubectl"))
-            .arg("--kubeconfig")
-            .arg(env.parent_kubeconfig())
-            .args(["apply", "-f", "-"])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .and_then(|mut c| {
-                use std::io::Write;
-                c.stdin
-                    .take()
-                    .expect("stdin")
-                    .write_all(obj.to_string().as_bytes())?;
-                c.wait()
-            })
-            .expect("kubectl apply");
-        assert!(out.success(), "applying {obj}");
+    for obj in &rbac {
+        env.kubectl_apply(obj);
     }
     let sub = subscription(
         "app",

@@ -1030,6 +1030,29 @@ impl TestEnv {
             .unwrap_or_default()
     }
 
+    /// `kubectl apply -f -` of `obj` in the parent (RBAC for the tests' users), which must succeed.
+    pub fn kubectl_apply(&self, obj: &serde_json::Value) {
+        use std::io::Write;
+        let mut apply = Command::new(self.bin("kubectl"))
+            .arg("--kubeconfig")
+            .arg(self.parent_kubeconfig())
+            .args(["apply", "-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("kubectl apply");
+        apply
+            .stdin
+            .take()
+            .expect("kubectl stdin")
+            .write_all(obj.to_string().as_bytes())
+            .expect("writing to kubectl");
+        assert!(
+            apply.wait().expect("kubectl apply").success(),
+            "applying {obj}"
+        );
+    }
+
     /// Runs `kubectl-clusternet` (this binary under its plugin name) against the parent.
     pub fn plugin(&self, args: &[&str]) -> std::process::Output {
         self.plugin_with_stdin(args, None)

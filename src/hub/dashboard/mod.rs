@@ -125,6 +125,7 @@ async fn events(hub: &Hub, user: &UserInfo) -> warp::reply::Response {
         "managedclusters",
     )
     .await
+    .is_ok()
     {
         let changes = hub.rt.cache.watch::<ManagedCluster>().subscribe();
         kinds.push(changes.map(|_| "managedclusters").boxed());
@@ -137,6 +138,7 @@ async fn events(hub: &Hub, user: &UserInfo) -> warp::reply::Response {
         "subscriptions",
     )
     .await
+    .is_ok()
     {
         let changes = hub.rt.cache.watch::<Subscription>().subscribe();
         kinds.push(changes.map(|_| "subscriptions").boxed());
@@ -191,9 +193,20 @@ async fn events(hub: &Hub, user: &UserInfo) -> warp::reply::Response {
     r
 }
 
-async fn may_list(hub: &Hub, user: &UserInfo, group: &str, version: &str, resource: &str) -> bool {
+/// `Ok` when `user` may list `resource` of `group` in every namespace (a SubjectAccessReview),
+/// else the reason in RBAC's words.
+async fn may_list(
+    hub: &Hub,
+    user: &UserInfo,
+    group: &str,
+    version: &str,
+    resource: &str,
+) -> Result<(), String> {
     let attrs = Attributes::resource("list", group, version, resource, "", "");
-    hub.authz.authorize(user, attrs).await.is_ok()
+    hub.authz
+        .authorize(user, attrs)
+        .await
+        .map_err(|e| e.message)
 }
 
 /// The objects of kind `K` the page shows, from the hub's shared cache, once the SubjectAccessReview
@@ -216,11 +229,7 @@ where
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
     let group = K::group(&K::DynamicType::default()).into_owned();
-    let attrs = Attributes::resource("list", &group, version, resource, "", "");
-    hub.authz
-        .authorize(user, attrs)
-        .await
-        .map_err(|e| e.message)?;
+    may_list(hub, user, &group, version, resource).await?;
     let shared = hub.rt.cache.watch::<K>();
     let _ = tokio::time::timeout(CACHE_WAIT, shared.ready()).await;
     let mut objects = shared.store.state();
