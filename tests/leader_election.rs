@@ -94,10 +94,19 @@ async fn one_scheduler_leads_and_a_standby_takes_over_after_kill() {
         took <= Duration::from_secs(4) + Duration::from_secs(2),
         "takeover took {took:?}, more than the 4s lease duration plus retry slack"
     );
-    assert!(
-        standby.log_text().contains(&new_holder),
-        "the standby holds it now"
-    );
+    // the process writes the lease before it logs that it acquired it: wait for the line
+    wait_for(
+        "the standby to log that it holds the lease",
+        Duration::from_secs(5),
+        || async {
+            if standby.log_text().contains(&new_holder) {
+                Ok(())
+            } else {
+                Err(format!("{new_holder} not in the standby's log yet"))
+            }
+        },
+    )
+    .await;
     wait_for(
         "the standby to report leadership",
         Duration::from_secs(5),
