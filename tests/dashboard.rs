@@ -5,312 +5,14 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
-use clusternet::apis::Subscription;
+use clusternet::apis::{HelmChart, Subscription};
 use kube::api::{Api, PostParams};
 use serde_json::json;
+use support::browser::{Dashboard, LivePage, dom, reqwest_like_get, screenshot};
 use support::{TestEnv, TestNamespace, create_manifests, register, uid, wait_for};
-
-/// The headless browser: `CLUSTERNET_CHROMIUM`, else the first of Debian's names on PATH.
-fn chromium() -> PathBuf {
-    if let Some(p) = std::env::var_os("CLUSTERNET_CHROMIUM") {
-        return PathBuf::from(p);
-    }
-    for name in ["chromium-headless-shell", "chromium", "chromium-browser"] {
-        if let Some(dir) = std::env::var_os("PATH")
-            .iter()
-            .flat_map(std::env::split_paths)
-            .find(|d| d.join(name).is_file())
-        {
-            return dir.join(name);
-        }
-    }
-    for p in [
-        "/usr/lib/chromium/headless_shell",
-        "/usr/lib/chromium/chromium",
-    ] {
-        if std::path::Path::new(p).is_file() {
-            return PathBuf::from(p);
-        }
-    }
-    panic!(
-        "no headless Chromium: install Debian's chromium-headless-shell (tests/env/browser.sh does) \
-         or set CLUSTERNET_CHROMIUM"
-    );
-}
-
-fn browser(args: &[&str]) -> String {
-    let out = Command::new(chromium())
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-        ])
-        .args([
-            "--no-first-run",
-            "--hide-scrollbars",
-            "--window-size=1440,900",
-        ])
-        .args(args)
-        .output()
-        .expect("running chromium");
-    assert!(
-        out.status.success(),
-        "chromium {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// The page as the browser rendered it (its DOM after loading).
-fn dom(url: &str) -> String {
-    browser(&["--dump-dom", url])
-}
-
-/// A screenshot of `url`, kept as a test artefact.
-fn screenshot(url: &str, name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/test-artifacts");
-    std::fs::create_dir_all(&dir).expect("artefact directory");
-    let path = dir.join(name);
-    let _ = std::fs::remove_file(&path);
-    browser(&[&format!("--screenshot={}", path.display()), url]);
-    let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-    assert!(size > 1000, "screenshot {} is empty", path.display());
-    path
-}
-
-/// `GET url` with a bare HTTP/1.1 request (the local server is plain HTTP on loopback): the
-/// body, with the status line and headers before it.
-fn reqwest_like_get(url: &str) -> String {
-    use std::io::{Read, Write};
-    let rest = url.strip_prefix("http://").expect("an http URL");
-    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    let mut s = std::net::TcpStream::connect(authority).expect("connecting");
-    s.set_read_timeout(Some(Duration::from_secs(20)))
-        .expect("a read timeout");
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n"
-    )
-    .expect("request");
-    // up to the end of the headers, then Content-Length bytes (a server may keep the
-    // connection open whatever the request says), else to the end of the stream
-    let mut raw = Vec::new();
-    let mut byte = [0u8; 1];
-    while !raw.ends_with(b"\r\n\r\n") {
-        match s.read(&mut byte) {
-            Ok(1) => raw.push(byte[0]),
-            _ => break,
-        }
-    }
-    let head = String::from_utf8_lossy(&raw).into_owned();
-    let length = head.lines().find_map(|l| {
-        let (k, v) = l.split_once(':')?;
-        if k.eq_ignore_ascii_case("content-length") {
-            v.trim().parse::<usize>().ok()
-        } else {
-            None
-        }
-    });
-    let mut body = Vec::new();
-    match length {
-        Some(n) => {
-            body.resize(n, 0);
-            s.read_exact(&mut body).expect("the body");
-        }
-        None => {
-            let _ = s.read_to_end(&mut body);
-        }
-    }
-    head + &String::from_utf8_lossy(&body)
-}
-
-/// A headless Chromium kept open on a page and driven through the DevTools protocol: the page
-/// stays loaded while the fleet changes, as a person's would.
-struct LivePage {
-    child: Child,
-    ws: async_tungstenite::WebSocketStream<async_tungstenite::tokio::ConnectStream>,
-    next_id: u64,
-    profile: PathBuf,
-}
-
-impl LivePage {
-    async fn open(url: &str) -> LivePage {
-        let profile = std::env::temp_dir().join(format!("clusternet-chromium-{}", uid()));
-        let mut child = Command::new(chromium())
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-dev-shm-usage",
-            ])
-            .args(["--no-first-run", "--remote-debugging-port=0"])
-            .arg(format!("--user-data-dir={}", profile.display()))
-            .arg(url)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("starting chromium");
-        let stderr = child.stderr.take().expect("stderr");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            // keep draining: a full pipe would stall the browser
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(rest) = line.strip_prefix("DevTools listening on ") {
-                    let _ = tx.send(rest.to_string());
-                }
-            }
-        });
-        let endpoint = rx
-            .recv_timeout(Duration::from_secs(30))
-            .expect("chromium's DevTools endpoint");
-        let authority = endpoint
-            .trim_start_matches("ws://")
-            .split('/')
-            .next()
-            .expect("host:port")
-            .to_string();
-        let targets = wait_for(
-            "the page's DevTools target",
-            Duration::from_secs(20),
-            || async {
-                let raw = reqwest_like_get(&format!("http://{authority}/json/list"));
-                let body = raw
-                    .split_once("\r\n\r\n")
-                    .map(|(_, b)| b)
-                    .unwrap_or_default();
-                let list: Vec<serde_json::Value> =
-                    serde_json::from_str(body).map_err(|e| format!("{e}: {raw}"))?;
-                list.into_iter()
-                    .find(|t| t["type"] == "page")
-                    .and_then(|t| t["webSocketDebuggerUrl"].as_str().map(str::to_string))
-                    .ok_or_else(|| format!("no page yet: {body}"))
-            },
-        )
-        .await;
-        let (ws, _) = async_tungstenite::tokio::connect_async(targets.as_str())
-            .await
-            .expect("connecting to the page");
-        LivePage {
-            child,
-            ws,
-            next_id: 0,
-            profile,
-        }
-    }
-
-    /// The value of `expression` in the page.
-    async fn eval(&mut self, expression: &str) -> serde_json::Value {
-        use async_tungstenite::tungstenite::Message;
-        use futures::StreamExt;
-        self.next_id += 1;
-        let id = self.next_id;
-        let call = json!({"id": id, "method": "Runtime.evaluate",
-                          "params": {"expression": expression, "returnByValue": true}});
-        self.ws
-            .send(Message::Text(call.to_string().into()))
-            .await
-            .expect("sending to the page");
-        loop {
-            let msg = tokio::time::timeout(Duration::from_secs(20), self.ws.next())
-                .await
-                .expect("the page answers")
-                .expect("the page's connection")
-                .expect("a message");
-            if let Message::Text(text) = msg {
-                let v: serde_json::Value = serde_json::from_str(text.as_str()).expect("JSON");
-                if v["id"] == id {
-                    return v["result"]["result"]["value"].clone();
-                }
-            }
-        }
-    }
-
-    /// Evaluates `expression` until it gives `want`.
-    async fn wait_until(
-        &mut self,
-        what: &str,
-        expression: &str,
-        want: serde_json::Value,
-        within: Duration,
-    ) {
-        let start = std::time::Instant::now();
-        loop {
-            let got = self.eval(expression).await;
-            if got == want {
-                return;
-            }
-            assert!(
-                start.elapsed() < within,
-                "{what}: {expression} is {got}, not {want}"
-            );
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    }
-}
-
-impl Drop for LivePage {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.profile);
-    }
-}
-
-/// `kubectl clusternet dashboard --no-browser --port 0 ARGS`, running until dropped.
-struct Dashboard {
-    child: Child,
-    url: String,
-}
-
-impl Dashboard {
-    fn start(env: &TestEnv, args: &[&str]) -> Dashboard {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_clusternet"))
-            .arg("kubectl-clusternet")
-            .arg(format!(
-                "--kubeconfig={}",
-                env.parent_kubeconfig().display()
-            ))
-            .args(args)
-            .args(["dashboard", "--no-browser", "--port", "0"])
-            .env("KUBECTL", env.bin("kubectl"))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("starting kubectl clusternet dashboard");
-        let stdout = child.stdout.take().expect("stdout");
-        let mut first = String::new();
-        BufReader::new(stdout)
-            .read_line(&mut first)
-            .expect("reading the dashboard's URL");
-        let url = first
-            .trim()
-            .strip_prefix("Clusternet dashboard available at ")
-            .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
-            .trim_end_matches('/')
-            .to_string();
-        Dashboard { child, url }
-    }
-
-    fn page(&self, page: &str) -> String {
-        format!(
-            "{}/apis/dashboard.clusternet.io/v1alpha1/pages/{page}",
-            self.url
-        )
-    }
-}
-
-impl Drop for Dashboard {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// Two Pull children with a Subscription deployed to both: the Clusters page shows both Ready
 /// with their capacity and tunnel, the Subscriptions page shows it bound to both with their
@@ -366,8 +68,38 @@ async fn the_pages_show_the_fleet_and_its_subscriptions() {
     )
     .await;
 
+    // a HelmChart whose repository does not answer: the controller's check fails it
+    let charts: Api<HelmChart> = Api::namespaced(parent.clone(), &ns.name);
+    charts
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                json!({"apiVersion": "apps.clusternet.io/v1alpha1", "kind": "HelmChart",
+                "metadata": {"name": format!("nowhere-{id}"), "namespace": ns.name},
+                "spec": {"repo": "http://127.0.0.1:1/charts", "chart": "hello", "version": "0.1.0",
+                         "targetNamespace": appns}}),
+            )
+            .expect("a HelmChart"),
+        )
+        .await
+        .expect("creating the HelmChart");
+    let chart_phase = wait_for("the HelmChart checked", Duration::from_secs(60), || async {
+        let c = charts
+            .get(&format!("nowhere-{id}"))
+            .await
+            .map_err(|e| e.to_string())?;
+        c.status
+            .and_then(|s| s.phase)
+            .map(|p| p.to_string())
+            .ok_or_else(|| "no phase yet".to_string())
+    })
+    .await;
+
     let dash = Dashboard::start(env, &[]);
-    let page = dom(&dash.page("clusters"));
+    // the parent holds many clusters from other tests: the filter picks this test's
+    let filtered = format!("clusters?q=e2e%3D{id}");
+    let page = dom(&dash.page(&filtered));
+    assert!(page.contains("2 of "), "the filter's summary: {page}");
     for c in &clusters {
         let row = format!(
             "data-cluster=\"{}/{}\" class=\"ready\"",
@@ -414,7 +146,7 @@ async fn the_pages_show_the_fleet_and_its_subscriptions() {
     assert!(raw.contains("<script src=\"assets/dashboard.js\""), "{raw}");
     let js = reqwest_like_get(&dash.page("assets/dashboard.js"));
     assert!(js.contains("new EventSource(\"events\")"), "{js}");
-    let page = dom(&dash.page("subscriptions"));
+    let page = dom(&dash.page(&format!("subscriptions?q={}", ns.name)));
     let row = format!("data-subscription=\"{}/hello\"", ns.name);
     assert!(page.contains(&row), "{row} missing:\n{page}");
     for c in &clusters {
@@ -425,8 +157,91 @@ async fn the_pages_show_the_fleet_and_its_subscriptions() {
         assert!(page.contains(&bound), "{bound} missing:\n{page}");
     }
     assert!(page.contains("2/2 ready"), "{page}");
-    screenshot(&dash.page("clusters"), "dashboard-clusters.png");
-    screenshot(&dash.page("subscriptions"), "dashboard-subscriptions.png");
+    screenshot(&dash.page(&filtered), "dashboard-clusters.png");
+    screenshot(
+        &dash.page(&format!("subscriptions?q={}", ns.name)),
+        "dashboard-subscriptions.png",
+    );
+
+    // a cluster's page: what is deployed there, object by object, and its events
+    let c = &clusters[0];
+    let cluster_page = format!("cluster?namespace={}&name={}", c.dedicated, c.name);
+    let page = dom(&dash.page(&cluster_page));
+    for want in [
+        format!("<h1>Cluster {}</h1>", c.name),
+        "Deployed here".to_string(),
+        format!("ConfigMap {appns}/hello: <span class=\"status\">applied</span>"),
+        format!("{}/hello", ns.name),
+        "Recent events".to_string(),
+    ] {
+        assert!(
+            page.contains(&want),
+            "{want:?} missing from {cluster_page}:\n{page}"
+        );
+    }
+    screenshot(&dash.page(&cluster_page), "dashboard-cluster.png");
+
+    // a Subscription's page: its Bases and Descriptions per cluster, the kept decision, events
+    let sub_page = format!("subscription?namespace={}&name=hello", ns.name);
+    let page = dom(&dash.page(&sub_page));
+    for want in [
+        "<h1>Subscription hello</h1>".to_string(),
+        "Bases and Descriptions per cluster".to_string(),
+        clusters[0].name.clone(),
+        clusters[1].name.clone(),
+        "Explain its placement now".to_string(),
+        "BaseCreated".to_string(),
+    ] {
+        assert!(
+            page.contains(&want),
+            "{want:?} missing from {sub_page}:\n{page}"
+        );
+    }
+    assert!(
+        !page.contains("has kept no decision"),
+        "the scheduler's kept decision is shown: {page}"
+    );
+    screenshot(&dash.page(&sub_page), "dashboard-subscription.png");
+    // the what-if run now: the same table `kubectl clusternet placement subscription` prints,
+    // on a page that stays as it is (no live refresh re-running it)
+    let page = dom(&dash.page(&format!("{sub_page}&explain=1")));
+    assert!(page.contains("Scheduled now:"), "{page}");
+    assert!(page.contains("data-kinds=\"\""), "{page}");
+    for c in &clusters {
+        assert!(
+            page.contains(&c.name),
+            "{} missing from the what-if: {page}",
+            c.name
+        );
+    }
+    // pages that ask for what does not exist say so
+    let missing = reqwest_like_get(&dash.page("subscription?namespace=nowhere&name=nothing"));
+    assert!(
+        missing.contains(" 404 ") && missing.contains("There is no"),
+        "{missing}"
+    );
+
+    // the other lists: registration requests, Manifests, HelmCharts with their phase
+    let page = dom(&dash.page(&format!("registrations?q=e2e%3D{id}")));
+    for c in &clusters {
+        assert!(
+            page.contains(&format!("{}/{}</a>", c.dedicated, c.name)),
+            "{}'s request links to its ManagedCluster: {page}",
+            c.name
+        );
+    }
+    assert!(page.contains("Approved"), "{page}");
+    let page = dom(&dash.page(&format!("manifests?q={appns}")));
+    assert!(
+        page.contains(&format!("ConfigMap {appns}/hello")) && page.contains("1 Subscription"),
+        "{page}"
+    );
+    let page = dom(&dash.page(&format!("helmcharts?q=nowhere-{id}")));
+    assert!(
+        page.contains(&format!("data-helmchart=\"{}/nowhere-{id}\"", ns.name))
+            && page.contains(&chart_phase),
+        "the HelmChart with its phase {chart_phase}: {page}"
+    );
 }
 
 /// An open Clusters page follows the fleet: the agent of a child stops, and its row turns
@@ -449,7 +264,7 @@ async fn an_open_page_follows_the_fleet_without_a_reload() {
     .await;
     let c = &mut clusters[0];
     let dash = Dashboard::start(env, &[]);
-    let mut page = LivePage::open(&dash.page("clusters")).await;
+    let mut page = LivePage::open(&dash.page(&format!("clusters?q=e2e%3D{id}"))).await;
     page.wait_until(
         "the page to follow the hub's events",
         "document.body.dataset.live",

@@ -171,7 +171,8 @@ pub fn parse_review(body: Value, namespace: &str) -> Result<PlacementReview, Api
     }
 }
 
-async fn review_placement(
+/// The answer of a review (also the dashboard's "explain its placement now").
+pub(crate) async fn review_placement(
     hub: &Hub,
     user: &UserInfo,
     namespace: &str,

@@ -308,11 +308,21 @@ fn routes(hub: Arc<Hub>) -> Routes {
         .and(warp::path(crate::apis::dashboard::RESOURCE))
         .and(warp::path::tail())
         .and(warp::method())
+        // a query string that is not a form (`?%zz`) reads as none rather than a rejection
+        .and(
+            warp::query::<std::collections::HashMap<String, String>>()
+                .or(warp::any().map(std::collections::HashMap::new))
+                .unify(),
+        )
         .and(with_hub.clone())
         .and(warp::ext::get::<Caller>())
         .then(
-            |tail: warp::path::Tail, method: Method, hub: Arc<Hub>, caller: Caller| async move {
-                super::dashboard::handle(&hub, &caller.0, &method, tail.as_str()).await
+            |tail: warp::path::Tail,
+             method: Method,
+             query: std::collections::HashMap<String, String>,
+             hub: Arc<Hub>,
+             caller: Caller| async move {
+                super::dashboard::handle(&hub, &caller.0, &method, tail.as_str(), &query).await
             },
         );
     let placement_api = warp::path("apis")

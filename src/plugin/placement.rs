@@ -340,12 +340,8 @@ pub fn render(review: &PlacementReview, objects: bool, diff: bool) -> String {
         if let Some(d) = &current.last_decision {
             out.push_str(&render_decision(d));
         }
-        match status.would_change {
-            Some(true) => out.push_str(
-                "scheduling it now would bind it differently: the parent's state changed since the last decision (or that decision is still to come)\n",
-            ),
-            Some(false) => out.push_str("scheduling it now would bind it the same way\n"),
-            None => {}
+        if let Some(text) = would_change_text(status.would_change) {
+            out.push_str(text);
         }
     }
     if objects || diff {
@@ -359,9 +355,20 @@ pub fn render(review: &PlacementReview, objects: bool, diff: bool) -> String {
     out
 }
 
+/// Whether scheduling now would change the binding, in words (none when not known).
+pub fn would_change_text(would_change: Option<bool>) -> Option<&'static str> {
+    match would_change {
+        Some(true) => Some(
+            "scheduling it now would bind it differently: the parent's state changed since the last decision (or that decision is still to come)\n",
+        ),
+        Some(false) => Some("scheduling it now would bind it the same way\n"),
+        None => None,
+    }
+}
+
 /// The kept decision (`status.lastDecision`): why it is bound where it is, as the scheduler saw
-/// the fleet then.
-fn render_decision(d: &SchedulingDecision) -> String {
+/// the fleet then (the command's words, also on the dashboard's Subscription page).
+pub fn render_decision(d: &SchedulingDecision) -> String {
     let when = d.decided_at.as_ref().map_or_else(
         || "at an unknown time".to_string(),
         |t| format!("at {}", t.0),

@@ -167,12 +167,20 @@ impl SharedCache {
         K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
         K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
     {
+        self.watch_fields(&format!("metadata.name={name}"))
+    }
+
+    /// The shared cache of the `K`s matching field selector `fields` in all namespaces (the
+    /// dashboard's Events of Clusternet's own kinds, not every Event of the parent), started on
+    /// first use.
+    pub fn watch_fields<K>(&self, fields: &str) -> Shared<K>
+    where
+        K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+    {
         let dt = K::DynamicType::default();
-        let key = format!("{}/{}[name={name}]", K::api_version(&dt), K::kind(&dt));
-        self.watch_with(
-            key,
-            watcher::Config::default().fields(&format!("metadata.name={name}")),
-        )
+        let key = format!("{}/{}[fields={fields}]", K::api_version(&dt), K::kind(&dt));
+        self.watch_with(key, watcher::Config::default().fields(fields))
     }
 
     /// The shared cache of the `K`s matching label selector `labels` in all namespaces (for kinds

@@ -4,6 +4,8 @@
 //! test, cleanup, and waits that fail with the object's state instead of sleeping.
 #![allow(dead_code)]
 
+pub mod browser;
+
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::Command;
