@@ -171,11 +171,10 @@ async fn main() {
         let (code, _) = get(&parent, &format!("{base}/{page}")).await;
         assert_eq!(code, 200, "{page}");
     }
-    println!("\nDashboard with {n} ManagedClusters and {n} Subscriptions (server answer through the parent's aggregator, {RUNS} GETs each)");
     println!(
-        "{:<28} {:>10} {:>10} {:>10}",
-        "page", "p50", "p95", "bytes"
+        "\nDashboard with {n} ManagedClusters and {n} Subscriptions (server answer through the parent's aggregator, {RUNS} GETs each)"
     );
+    println!("{:<28} {:>10} {:>10} {:>10}", "page", "p50", "p95", "bytes");
     for (label, page) in &pages {
         let mut times = Vec::with_capacity(RUNS);
         let mut bytes = 0;
