@@ -18,7 +18,7 @@ use http_body_util::BodyExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::browser::{Dashboard, dom};
-use support::{TestEnv, TestNamespace, uid};
+use support::{TestEnv, TestNamespace, percentile, uid};
 
 const RUNS: usize = 30;
 const BROWSER_RUNS: usize = 5;
@@ -44,10 +44,6 @@ async fn get(client: &kube::Client, path: &str) -> (u16, usize) {
         .map(|c| c.to_bytes().len())
         .unwrap_or(0);
     (code, len)
-}
-
-fn pct(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
 fn ms(d: Duration) -> String {
@@ -188,8 +184,8 @@ async fn main() {
         times.sort();
         println!(
             "{label:<28} {:>10} {:>10} {bytes:>10}",
-            ms(pct(&times, 0.5)),
-            ms(pct(&times, 0.95))
+            ms(percentile(&times, 0.5)),
+            ms(percentile(&times, 0.95))
         );
     }
 
@@ -208,8 +204,8 @@ async fn main() {
     ] {
         println!(
             "{label:<28} {:>10} {:>10}",
-            ms(pct(t, 0.5)),
-            ms(pct(t, 1.0))
+            ms(percentile(t, 0.5)),
+            ms(percentile(t, 1.0))
         );
     }
     drop(dash);

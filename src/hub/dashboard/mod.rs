@@ -576,7 +576,7 @@ async fn manifests_page(hub: &Hub, user: &UserInfo, list: &List<'_>) -> String {
         Page::Manifests,
         MANIFESTS,
         list,
-        |m| rows::manifest_row(m, Timestamp::now(), None, reserved).object,
+        rows::manifest_object,
         |m, now| rows::manifest_row(m, now, subs.as_deref(), reserved),
         render::manifests,
     )

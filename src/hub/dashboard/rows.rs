@@ -346,8 +346,26 @@ pub fn registration_row(r: &ClusterRegistrationRequest, now: Timestamp) -> Regis
     }
 }
 
-/// The Manifests page's row of `m`: the stored object and how many Subscriptions and Bases
-/// reference it (their reference labels, `<uid>: Subscription`).
+/// The text of a Manifest's template at JSON pointer `p` ("" when absent).
+fn template_text(m: &Manifest, p: &str) -> String {
+    m.spec
+        .template
+        .pointer(p)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// `Kind ns/name` of the object Manifest `m` stores (its row's first column, and what the
+/// page's filter searches beside the Manifest's own name).
+pub fn manifest_object(m: &Manifest) -> String {
+    feed_text(
+        &template_text(m, "/kind"),
+        &template_text(m, "/metadata/namespace"),
+        &template_text(m, "/metadata/name"),
+    )
+}
+
 /// The Manifests page's row of `m`; `subs` are the Subscriptions the reader may list (`None`:
 /// none may be shown), of which those using `m` as a feed are named.
 pub fn manifest_row(
@@ -356,21 +374,10 @@ pub fn manifest_row(
     subs: Option<&[Arc<Subscription>]>,
     reserved_ns: &str,
 ) -> ManifestRow {
-    let t = &m.spec.template;
-    let text = |p: &str| {
-        t.pointer(p)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string()
-    };
     ManifestRow {
         name: m.name_any(),
-        api_version: text("/apiVersion"),
-        object: feed_text(
-            &text("/kind"),
-            &text("/metadata/namespace"),
-            &text("/metadata/name"),
-        ),
+        api_version: template_text(m, "/apiVersion"),
+        object: manifest_object(m),
         subscriptions: subs.map(|subs| {
             crate::pipeline::feeds::subscriptions_using(m, reserved_ns, subs)
                 .map(|s| format!("{}/{}", s.namespace().unwrap_or_default(), s.name_any()))
