@@ -24,6 +24,14 @@ image-from-source *ARGS:
 test *ARGS:
     bash tests/env/test.sh {{ARGS}}
 
+# Fault injection (tests/chaos.rs): every case, the long ones too, with 100 Subscriptions over 3
+# children (CLUSTERNET_CHAOS_SUBSCRIPTIONS changes it); prints case -> converged in N s -> invariants
+chaos:
+    rm -f target/tmp/chaos-report.md
+    CLUSTERNET_CHAOS_SUBSCRIPTIONS=${CLUSTERNET_CHAOS_SUBSCRIPTIONS:-100} bash tests/env/test.sh --only --test chaos -- --include-ignored
+    @printf '| case | load | fault at | converged after the fault ended | invariants |\n|---|---|---|---|---|\n'
+    @cat target/tmp/chaos-report.md
+
 # Formatting and lints (warnings are errors)
 lint:
     cargo fmt --check
@@ -52,6 +60,14 @@ demo DIR="/tmp/clusternet-demo":
 # Stop the demo
 demo-down DIR="/tmp/clusternet-demo":
     bash tests/env/demo-down.sh {{DIR}}
+
+# Fuzz one target of fuzz/ (tunnel_frame, tunnel_session, shadow_request, strategic_merge,
+# overrides, scheduler_divide, api_validation, plugin_urls) with libFuzzer for SECONDS, starting
+# from fuzz/corpus/TARGET; findings land in fuzz/artifacts/TARGET. Needs a nightly toolchain and
+# cargo-fuzz: `rustup toolchain install nightly` and `cargo install cargo-fuzz`. The same targets
+# run bounded on stable in `cargo test --lib` (PROPTEST_CASES raises their case counts).
+fuzz TARGET SECONDS="600":
+    cargo +nightly fuzz run {{TARGET}} -- -max_total_time={{SECONDS}}
 
 # Benchmarks (release build); figures go to the README's Performance section
 bench:

@@ -18,6 +18,8 @@ pub mod cli;
 pub mod clusters;
 pub mod config;
 pub mod deployer;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod helm;
 pub mod hub;
 pub mod kube_ext;
@@ -27,6 +29,9 @@ pub mod roles;
 pub mod runtime;
 pub mod scheduler;
 pub mod tunnel;
+
+#[cfg(test)]
+pub(crate) mod fuzz_support;
 
 use std::process::ExitCode;
 

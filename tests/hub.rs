@@ -406,51 +406,16 @@ async fn bad_input_gets_kubernetes_status_errors() {
     let (code, _) = direct_to_hub(hub.port, Some("not-a-token")).await;
     assert_eq!(code, 401);
     // a real token is checked with a TokenReview and works
-    let token = std::fs::read_to_string(env.parent_kubeconfig())
-        .ok()
-        .and_then(|k| {
-            k.lines().find_map(|l| {
-                l.trim()
-                    .strip_prefix("token:")
-                    .map(|t| t.trim().to_string())
-            })
-        })
-        .expect("a token in the parent kubeconfig");
+    let token = support::kubeconfig_token(&env.parent_kubeconfig());
     let (code, body) = direct_to_hub(hub.port, Some(&token)).await;
     assert_eq!(code, 200, "{body}");
 }
 
 /// GET /apis/shadow/v1alpha1 on the hub itself over TLS, skipping the aggregator.
 async fn direct_to_hub(port: u16, token: Option<&str>) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let tls = clusternet::runtime::serving::insecure_client_config(None).expect("TLS config");
-    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(tls));
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+    let (code, body) = support::get_from_hub(port, token, "/apis/shadow/v1alpha1")
         .await
-        .expect("connecting to the hub");
-    let name = tokio_rustls::rustls::pki_types::ServerName::try_from("localhost").expect("name");
-    let mut s = connector.connect(name, tcp).await.expect("TLS to the hub");
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    s.write_all(
-        format!("GET /apis/shadow/v1alpha1 HTTP/1.1\r\nHost: localhost\r\n{auth}Connection: close\r\n\r\n")
-            .as_bytes(),
-    )
-    .await
-    .expect("writing");
-    let mut buf = Vec::new();
-    let _ = s.read_to_end(&mut buf).await;
-    let text = String::from_utf8_lossy(&buf).into_owned();
-    let code = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
+        .expect("asking the hub");
     // chunked bodies carry a size line first; the JSON starts at the first brace
     let body = body
         .find('{')

@@ -14,54 +14,11 @@ use support::{Clusternet, TestEnv, free_port, register, uid, wait_for};
 const SYSTEM_NS: &str = "clusternet-system";
 
 fn admin_token(env: &TestEnv) -> String {
-    std::fs::read_to_string(env.parent_kubeconfig())
-        .ok()
-        .and_then(|k| {
-            k.lines().find_map(|l| {
-                l.trim()
-                    .strip_prefix("token:")
-                    .map(|t| t.trim().to_string())
-            })
-        })
-        .expect("a token in the parent kubeconfig")
+    support::kubeconfig_token(&env.parent_kubeconfig())
 }
 
-/// GET `path` on a hub itself over TLS with a bearer token, skipping the aggregator.
 async fn get_from_hub(port: u16, token: &str, path: &str) -> Result<(u16, String), String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let tls =
-        clusternet::runtime::serving::insecure_client_config(None).map_err(|e| e.to_string())?;
-    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(tls));
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .map_err(|e| format!("connecting to the hub: {e}"))?;
-    let name = tokio_rustls::rustls::pki_types::ServerName::try_from("localhost")
-        .map_err(|e| e.to_string())?;
-    let mut s = connector
-        .connect(name, tcp)
-        .await
-        .map_err(|e| format!("TLS to the hub: {e}"))?;
-    s.write_all(
-        format!(
-            "GET {path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
-        )
-        .as_bytes(),
-    )
-    .await
-    .map_err(|e| e.to_string())?;
-    let mut buf = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(20), s.read_to_end(&mut buf)).await;
-    let text = String::from_utf8_lossy(&buf).into_owned();
-    let code = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| format!("no HTTP status in {text:?}"))?;
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Ok((code, body))
+    support::get_from_hub(port, Some(token), path).await
 }
 
 #[tokio::test]

@@ -8,9 +8,17 @@
 //! (`status.useSocket`) is pushed to through the parent's socket proxy while the parent serves
 //! `proxies.clusternet.io` (the hub), so children behind NAT work; otherwise directly at the
 //! Secret's `apiserver-advertise-url` with its CA.
+//!
+//! A push that failed is tried again as soon as its cluster reports in (any change of its
+//! ManagedCluster: an agent back after a restart, the next heartbeat after the hub's restart),
+//! besides its backoff: the backoff grew while the cluster was away, and waiting it out would keep
+//! a returning child without its objects for minutes.
 
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use futures::StreamExt;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
@@ -76,13 +84,55 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         proxy: ProxyAvailability::default(),
         parent_config: tokio::sync::OnceCell::new(),
     });
-    // a change to an applied object in a child looks at its Description again
-    let also = super::generic::touched_stream(heard);
+    // a change to an applied object in a child looks at its Description again, and a cluster
+    // that reports in gets its failed pushes tried again
+    let failed = Failed::default();
+    let again = failed.clone();
+    let reported_in = clusters
+        .subscribe()
+        .flat_map(move |mc| futures::stream::iter(again.take(&mc.namespace().unwrap_or_default())));
+    let also = futures::stream::select(super::generic::touched_stream(heard), reported_in);
     crate::runtime::controller::run_with("description-push", descs, 8, stop, also, move |desc| {
         let ctx = ctx.clone();
-        async move { reconcile(&ctx, desc).await }
+        let failed = failed.clone();
+        async move {
+            let (ns, name) = (desc.namespace().unwrap_or_default(), desc.name_any());
+            let r = reconcile(&ctx, desc).await;
+            failed.record(&ns, &name, r.is_err());
+            r
+        }
     })
     .await;
+}
+
+/// The Descriptions whose last push failed, per cluster namespace.
+#[derive(Default, Clone)]
+struct Failed(Arc<Mutex<BTreeMap<String, BTreeSet<String>>>>);
+
+impl Failed {
+    fn record(&self, ns: &str, name: &str, failed: bool) {
+        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if failed {
+            m.entry(ns.to_string())
+                .or_default()
+                .insert(name.to_string());
+        } else if let Some(names) = m.get_mut(ns) {
+            names.remove(name);
+            if names.is_empty() {
+                m.remove(ns);
+            }
+        }
+    }
+
+    /// The failed ones of namespace `ns`, forgotten until they fail again.
+    fn take(&self, ns: &str) -> Vec<ObjectRef<Description>> {
+        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        m.remove(ns)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|name| ObjectRef::new(&name).within(ns))
+            .collect()
+    }
 }
 
 /// The ManagedClusters and their child-cluster Secrets (the credentials a push uses), once both
@@ -345,6 +395,20 @@ async fn reconcile_helm(ctx: &HelmCtx, hr: Arc<HelmRelease>) -> Result<Action, P
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_cluster_reporting_in_retries_its_failed_pushes_once() {
+        let f = Failed::default();
+        f.record("clusternet-a", "d1", true);
+        f.record("clusternet-a", "d2", true);
+        f.record("clusternet-a", "d2", false);
+        f.record("clusternet-b", "d3", true);
+        let again = f.take("clusternet-a");
+        assert_eq!(again, vec![ObjectRef::new("d1").within("clusternet-a")]);
+        // taken: the next report retries nothing until it fails again
+        assert!(f.take("clusternet-a").is_empty());
+        assert_eq!(f.take("clusternet-b").len(), 1);
+    }
 
     fn desc(deleting: bool) -> Description {
         let mut d: Description = serde_json::from_value(json!({

@@ -1,10 +1,11 @@
 //! Small helpers kube does not have: resource quantities, label strings, label selectors, random
-//! name suffixes, untyped object references, strategic and JSON merge patches, YAML I/O, and the
-//! metadata of Kubernetes protobuf bodies.
+//! name suffixes, untyped object references, strategic and JSON merge patches, a growth bound for
+//! JSON patches, YAML I/O, and the metadata of Kubernetes protobuf bodies.
 
 pub mod labels;
 pub mod merge_patch;
 pub mod object_ref;
+pub mod patch_limits;
 pub mod protobuf;
 pub mod quantity;
 pub mod strategic_merge;

@@ -231,4 +231,78 @@ mod tests {
         assert_eq!(clean("//"), "/");
         assert_eq!(clean("/.."), "/");
     }
+
+    /// A request path as kubectl sends them (API, group, Clusternet and discovery paths with
+    /// odd segments and a query), or any text.
+    fn request_path() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let segment = prop_oneof![
+            prop::sample::select(vec![
+                "api",
+                "apis",
+                "v1",
+                "v1alpha1",
+                "apps",
+                "apps.clusternet.io",
+                "a.b.clusternet.io",
+                "namespaces",
+                "default",
+                "pods",
+                "..",
+                ".",
+                "",
+                "abc",
+                "v",
+                "vé",
+                "\n",
+            ])
+            .prop_map(str::to_owned),
+            "[a-z0-9._-]{0,6}",
+        ];
+        prop_oneof![
+            5 => (
+                prop::collection::vec(segment, 0..7),
+                prop::option::of("[a-z=&%0-9?/]{0,12}"),
+            )
+                .prop_map(|(segments, query)| {
+                    let mut p = format!("/{}", segments.join("/"));
+                    if let Some(q) = query {
+                        p.push('?');
+                        p.push_str(&q);
+                    }
+                    p
+                }),
+            1 => any::<String>(),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(crate::fuzz_support::config(crate::fuzz_support::DEFAULT_CASES))]
+
+        /// Any prefix, path, session token, kubeconfig server and cluster ID through the
+        /// plugin: the rewrite keeps the query and yields an unchanged or clean path, the
+        /// session check and the generated kubeconfigs never panic, and kube's reading of the
+        /// server never panics either.
+        #[test]
+        fn random_urls_never_panic_the_plugin(
+            prefix in proptest::prop_oneof![
+                proptest::strategy::Just(String::new()),
+                proptest::strategy::Just("/abc/".to_owned()),
+                proptest::arbitrary::any::<String>(),
+            ],
+            path in request_path(),
+            token in "[a-z0-9]{0,8}",
+            server in proptest::prop_oneof![
+                proptest::strategy::Just("https://10.0.0.1:6443/prefix".to_owned()),
+                "(https?|ftp|)://[a-z0-9.:@\\[\\]%/-]{0,20}",
+                proptest::arbitrary::any::<String>(),
+            ],
+            cluster_id in proptest::arbitrary::any::<String>(),
+        ) {
+            let rewritten = rewrite_path(&prefix, &path);
+            crate::fuzzing::check_rewrite(&path, &rewritten);
+            let data = [prefix, path, token, server, cluster_id].join("\0");
+            crate::fuzzing::plugin_urls(data.as_bytes());
+        }
+    }
 }

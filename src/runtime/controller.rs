@@ -2,13 +2,14 @@
 //! shared cache, started after leadership (so it first reconciles everything the cache holds, then
 //! follows changes), with bounded concurrency, metrics, and per-object exponential backoff on
 //! errors (as client-go's default item rate limiter: a broken object is retried soon at first, then
-//! less and less often, and its neighbours are not held up).
+//! less and less often, and its neighbours are not held up), and, as client-go's overall bucket
+//! limiter, at most 10 retries per second over all objects beyond a burst of 100.
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use kube::Resource;
@@ -26,19 +27,74 @@ use crate::runtime::cache::Shared;
 pub const BACKOFF_MIN: Duration = Duration::from_millis(5);
 pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
 
-/// Consecutive failures per object; cleared by a successful reconcile.
-#[derive(Default, Clone)]
+/// Retries per second over all objects of one controller, beyond [`RETRY_BURST`] (client-go's
+/// `DefaultControllerRateLimiter` takes the larger of the per-object delay and such a bucket):
+/// when hundreds of objects fail for one cause (a Push cluster whose agent is gone, an API server
+/// restarting), their retries are spread out instead of spinning hundreds of times a second and
+/// starving the work that can succeed, while a few failures still retry at their own pace.
+pub const RETRY_RATE: f64 = 10.0;
+pub const RETRY_BURST: f64 = 100.0;
+
+/// Consecutive failures per object, cleared by a successful reconcile, and the shared bucket.
+#[derive(Clone)]
 pub struct Backoff {
     failures: Arc<Mutex<HashMap<String, u32>>>,
+    bucket: Arc<Mutex<Bucket>>,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            failures: Arc::default(),
+            bucket: Arc::new(Mutex::new(Bucket {
+                tokens: RETRY_BURST,
+                at: Instant::now(),
+            })),
+        }
+    }
+}
+
+/// A token bucket of retry slots (as golang.org/x/time/rate's reservations: a slot taken while
+/// the bucket is empty is simply further in the future).
+#[derive(Debug)]
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+impl Bucket {
+    /// Takes one retry slot at `now`; returns how long until it is due.
+    fn reserve(&mut self, now: Instant) -> Duration {
+        let refill = now.saturating_duration_since(self.at).as_secs_f64() * RETRY_RATE;
+        self.tokens = (self.tokens + refill).min(RETRY_BURST) - 1.0;
+        self.at = self.at.max(now);
+        if self.tokens >= 0.0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64(-self.tokens / RETRY_RATE)
+        }
+    }
 }
 
 impl Backoff {
     /// Records a failure of `key` and returns how long to wait before the next try.
     pub fn failed(&self, key: &str) -> (Duration, u32) {
-        let mut m = self.failures.lock().unwrap_or_else(|p| p.into_inner());
-        let n = m.entry(key.to_string()).or_insert(0);
-        *n = n.saturating_add(1);
-        (delay(*n), *n)
+        self.failed_at(key, Instant::now())
+    }
+
+    fn failed_at(&self, key: &str, now: Instant) -> (Duration, u32) {
+        let n = {
+            let mut m = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+            let n = m.entry(key.to_string()).or_insert(0);
+            *n = n.saturating_add(1);
+            *n
+        };
+        let shared = self
+            .bucket
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .reserve(now);
+        (delay(n).max(shared), n)
     }
 
     pub fn succeeded(&self, key: &str) {
@@ -300,6 +356,36 @@ mod tests {
         assert_eq!(delay(16), Duration::from_millis(163_840));
         assert_eq!(delay(17), BACKOFF_MAX);
         assert_eq!(delay(u32::MAX), BACKOFF_MAX);
+    }
+
+    #[test]
+    fn a_mass_failure_spreads_its_retries_at_the_shared_rate() {
+        let b = Backoff::default();
+        let now = Instant::now();
+        // the burst retries at each object's own pace
+        for i in 0..100 {
+            assert_eq!(b.failed_at(&format!("ns/o{i}"), now).0, delay(1));
+        }
+        // beyond it, one slot every 100 ms (give or take the microseconds since the bucket began)
+        let near = |d: Duration, ms: u64| d.as_millis().abs_diff(u128::from(ms)) <= 1;
+        assert!(near(b.failed_at("ns/o100", now).0, 100));
+        assert!(near(b.failed_at("ns/o101", now).0, 200));
+        // 600 objects failing at once: the last retries a minute later, not at once
+        for i in 102..600 {
+            b.failed_at(&format!("ns/o{i}"), now);
+        }
+        let (last, _) = b.failed_at("ns/o600", now);
+        assert!(last >= Duration::from_secs(50), "{last:?}");
+        // time refills the bucket: ten seconds later slots are due sooner again
+        let later = now + Duration::from_secs(70);
+        let (wait, _) = b.failed_at("ns/late", later);
+        assert!(wait < Duration::from_secs(1), "{wait:?}");
+        // an object's own backoff still wins when it is the longer one
+        let c = Backoff::default();
+        for _ in 0..15 {
+            c.failed_at("ns/stuck", now);
+        }
+        assert_eq!(c.failed_at("ns/stuck", now).0, delay(16));
     }
 
     #[test]

@@ -530,7 +530,9 @@ fn select(
                         .copied()
                         .unwrap_or(0)
                 });
-                per_cluster.push((value - held).max(0));
+                // saturating: the prediction is an agent's answer over the network, and
+                // `i32::MIN - held` overflowed (found by the fuzz harnesses)
+                per_cluster.push(value.saturating_sub(held).max(0));
             }
             available.replicas.insert(feed, per_cluster);
         }
@@ -1464,5 +1466,115 @@ mod tests {
                 }
             }
         }
+    }
+
+    fn edgy_i32() -> impl Strategy<Value = i32> {
+        prop_oneof![
+            4 => 0..100_i32,
+            2 => any::<i32>(),
+            1 => Just(i32::MAX),
+            1 => Just(i32::MIN),
+            1 => i32::MIN..=i32::MIN + 10,
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(crate::fuzz_support::config(64))]
+
+        /// A whole Dynamic cycle with whatever the predictors answer (agents' predictor APIs
+        /// are network input: negative and extreme numbers included) and whatever the
+        /// reservations hold: no overflow anywhere in selection or division, and with sane
+        /// numbers the desired replicas are all placed when the clusters have room.
+        #[test]
+        fn random_predictions_never_overflow_dynamic_selection(
+            predictions in proptest::collection::vec(edgy_i32(), 1..5),
+            taken in proptest::collection::vec(edgy_i32(), 1..5),
+            desired in prop_oneof![0..100_i32, Just(i32::MAX)],
+        ) {
+            let answers: Vec<(String, Result<i32, &str>)> = predictions
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (format!("a/c{i}"), Ok(*p)))
+                .collect();
+            let borrowed: Vec<(&str, Result<i32, &str>)> =
+                answers.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+            let registry = Registry::in_tree(FakePredictor::with(&borrowed));
+            let fwk = profile_with(&registry, "", false);
+            let clusters: Vec<ManagedCluster> = (0..predictions.len())
+                .map(|i| predicting(cluster("a", &format!("c{i}"), &[])))
+                .collect();
+            let (sub, inv) = dividing(
+                subscription(vec![subscriber(&[], 0)]),
+                ReplicaDividingType::Dynamic,
+                desired,
+            );
+            let state = CycleState::new();
+            let held: std::collections::HashMap<(String, String), i32> = taken
+                .iter()
+                .enumerate()
+                .map(|(i, t)| ((format!("a/c{i}"), deploy().key()), *t))
+                .collect();
+            state.write(
+                crate::scheduler::reservation::TAKEN,
+                crate::scheduler::reservation::Taken(held),
+            );
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+            let mut offset = FilterOffset::default();
+            let outcome = rt.block_on(schedule(&fwk, &state, &mut offset, &sub, &clusters, Some(&inv)));
+            match outcome {
+                Ok(result) => {
+                    let replicas = &result.suggested.replicas[&deploy().key()];
+                    prop_assert!(replicas.iter().all(|&r| r >= 0), "{:?}", replicas);
+                    let room: i64 = predictions
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &p)| (i64::from(p) - i64::from(taken.get(i).copied().unwrap_or(0))).max(0))
+                        .sum();
+                    let sane = predictions.iter().all(|&p| p >= 0) && taken.iter().all(|&t| t >= 0);
+                    let placed: i64 = replicas.iter().map(|&r| i64::from(r)).sum();
+                    if sane && room >= i64::from(desired) {
+                        prop_assert_eq!(placed, i64::from(desired));
+                    } else {
+                        prop_assert!(placed <= i64::from(desired));
+                    }
+                }
+                Err(e) => crate::fuzz_support::assert_readable(&e.to_string(), "a Dynamic cycle")?,
+            }
+        }
+    }
+
+    /// Found by `random_predictions_never_overflow_dynamic_selection`: a predictor answering
+    /// `i32::MIN` (an agent's API is network input) minus what reservations hold overflowed
+    /// `i32` in selection.
+    #[tokio::test]
+    async fn extreme_predictions_do_not_overflow_selection() {
+        let registry = Registry::in_tree(FakePredictor::with(&[
+            ("a/c1", Ok(i32::MIN)),
+            ("a/c2", Ok(5)),
+        ]));
+        let fwk = profile_with(&registry, "", false);
+        let clusters = [
+            predicting(cluster("a", "c1", &[])),
+            predicting(cluster("a", "c2", &[])),
+        ];
+        let (sub, inv) = dividing(
+            subscription(vec![subscriber(&[], 0)]),
+            ReplicaDividingType::Dynamic,
+            4,
+        );
+        let state = CycleState::new();
+        state.write(
+            crate::scheduler::reservation::TAKEN,
+            crate::scheduler::reservation::Taken(
+                [(("a/c1".to_owned(), deploy().key()), 1)]
+                    .into_iter()
+                    .collect(),
+            ),
+        );
+        let mut offset = FilterOffset::default();
+        let result = schedule(&fwk, &state, &mut offset, &sub, &clusters, Some(&inv))
+            .await
+            .expect("schedules");
+        assert_eq!(result.suggested.replicas[&deploy().key()], [0, 4]);
     }
 }

@@ -202,27 +202,7 @@ impl Session {
     where
         S: futures::io::AsyncRead + futures::io::AsyncWrite + Unpin + Send + 'static,
     {
-        let (data_tx, data_rx) = mpsc::channel(DATA_QUEUE_LEN);
-        let (control_tx, control_rx) = mpsc::unbounded_channel();
-        let (first_conn_id, conn_id_step) = match options.role {
-            SessionRole::Server => (1, 1),
-            SessionRole::Client => (0, -1),
-        };
-        let shared = Arc::new(Shared {
-            role: options.role,
-            key: options.key.clone(),
-            gossip: options.gossip,
-            remote_clients: Mutex::new(HashMap::new()),
-            data_tx,
-            control_tx,
-            control_backlog: AtomicUsize::new(0),
-            pauses_sent: AtomicUsize::new(0),
-            conns: Mutex::new(ConnTable::default()),
-            next_conn_id: AtomicI64::new(first_conn_id),
-            conn_id_step,
-            stop: CancellationToken::new(),
-            done: CancellationToken::new(),
-        });
+        let (shared, data_rx, control_rx) = Shared::new(&options);
         tokio::spawn(drive(ws, shared.clone(), data_rx, control_rx, options));
         SessionHandle { shared }
     }
@@ -371,6 +351,38 @@ struct ConnTable {
 }
 
 impl Shared {
+    /// A session's shared state and the receiving ends of its two outgoing queues.
+    fn new(
+        options: &SessionOptions,
+    ) -> (
+        Arc<Self>,
+        mpsc::Receiver<Message>,
+        mpsc::UnboundedReceiver<Message>,
+    ) {
+        let (data_tx, data_rx) = mpsc::channel(DATA_QUEUE_LEN);
+        let (control_tx, control_rx) = mpsc::unbounded_channel();
+        let (first_conn_id, conn_id_step) = match options.role {
+            SessionRole::Server => (1, 1),
+            SessionRole::Client => (0, -1),
+        };
+        let shared = Arc::new(Shared {
+            role: options.role,
+            key: options.key.clone(),
+            gossip: options.gossip,
+            remote_clients: Mutex::new(HashMap::new()),
+            data_tx,
+            control_tx,
+            control_backlog: AtomicUsize::new(0),
+            pauses_sent: AtomicUsize::new(0),
+            conns: Mutex::new(ConnTable::default()),
+            next_conn_id: AtomicI64::new(first_conn_id),
+            conn_id_step,
+            stop: CancellationToken::new(),
+            done: CancellationToken::new(),
+        });
+        (shared, data_rx, control_rx)
+    }
+
     fn table(&self) -> MutexGuard<'_, ConnTable> {
         lock(&self.conns)
     }
@@ -618,22 +630,121 @@ where
             Some(msg) => msg?,
         };
         match msg {
-            WsMessage::Binary(bytes) => match Message::decode(bytes) {
-                Ok(msg) => shared.dispatch(msg, &options.dialer),
-                Err(frame::FrameError::UnknownType(kind)) => {
-                    tracing::debug!(
-                        session = %shared.key,
-                        kind,
-                        "ignoring unknown tunnel message type"
-                    );
-                }
-                Err(err) => return Err(err.into()),
-            },
+            WsMessage::Binary(bytes) => on_binary(shared, bytes, &options.dialer)?,
             WsMessage::Text(_) => return Err(TunnelError::UnexpectedText),
             WsMessage::Close(_) => return Ok(()),
             WsMessage::Ping(_) | WsMessage::Pong(_) | WsMessage::Frame(_) => {}
         }
     }
+}
+
+/// One binary WebSocket message from the peer: a tunnel message to act on, a type from a newer
+/// protocol version to skip, or garbage that ends the session (the `Err`).
+fn on_binary(shared: &Arc<Shared>, bytes: Bytes, dialer: &Dialer) -> Result<(), TunnelError> {
+    match Message::decode(bytes) {
+        Ok(msg) => shared.dispatch(msg, dialer),
+        Err(frame::FrameError::UnknownType(kind)) => {
+            tracing::debug!(
+                session = %shared.key,
+                kind,
+                "ignoring unknown tunnel message type"
+            );
+        }
+        Err(err) => return Err(err.into()),
+    }
+    Ok(())
+}
+
+/// Replays `frames` (each the payload of one binary WebSocket message from the peer) through a
+/// fresh session's message handling, exactly as its read loop handles them, without a socket,
+/// and returns every message the session queued for the peer (replies, dials, closes).
+///
+/// This is the session state machine's fuzzing entry point (`crate::fuzzing`, the bounded
+/// harnesses in the tests): a few connections are dialed first so that `Data`, `Pause`,
+/// `Resume` and `Error` frames find live connections; after every frame the open streams are
+/// read without waiting (which sends `Resume`s) and spawned dials get to run. Targets of
+/// incoming `Connect`s (client role) are in-memory pipes; addresses containing `refuse` fail to
+/// dial. A frame that would end the session ends the replay with the session's error.
+pub(crate) fn replay(
+    role: SessionRole,
+    gossip: bool,
+    frames: &[Bytes],
+) -> Result<Vec<Message>, TunnelError> {
+    use futures::FutureExt;
+    use tokio::io::AsyncReadExt;
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    // the far ends of dialed targets stay open until the replay ends, so connections do too
+    let targets: Arc<Mutex<Vec<tokio::io::DuplexStream>>> = Arc::default();
+    let held = targets.clone();
+    let dialer: Dialer = Arc::new(move |proto: String, address: String| {
+        let held = held.clone();
+        Box::pin(async move {
+            if address.contains("refuse") {
+                return Err(io::Error::new(
+                    io::ErrorKind::ConnectionRefused,
+                    format!("dial {proto} {address}: connection refused"),
+                ));
+            }
+            let (near, far) = tokio::io::duplex(4096);
+            lock(&held).push(far);
+            Ok(Box::new(near) as BoxedIo)
+        }) as BoxFuture<'static, io::Result<BoxedIo>>
+    });
+    let mut options = SessionOptions::new(role, "fuzz").with_dialer(dialer.clone());
+    options.gossip = gossip;
+    let (shared, mut data_rx, mut control_rx) = Shared::new(&options);
+    let mut out = Vec::new();
+    let mut drain = |shared: &Shared, out: &mut Vec<Message>| {
+        while let Ok(msg) = control_rx.try_recv() {
+            shared.control_backlog.fetch_sub(1, Ordering::Relaxed);
+            out.push(msg);
+        }
+        while let Ok(msg) = data_rx.try_recv() {
+            out.push(msg);
+        }
+    };
+    let result = runtime.block_on(async {
+        let handle = SessionHandle {
+            shared: shared.clone(),
+        };
+        let mut streams = Vec::new();
+        for _ in 0..3 {
+            streams.push(handle.dial("tcp", "10.0.0.1:443").await?);
+        }
+        drain(&shared, &mut out);
+        let mut buf = [0u8; 512];
+        let mut result = Ok(());
+        for frame in frames {
+            if let Err(err) = on_binary(&shared, frame.clone(), &dialer) {
+                result = Err(err);
+                break;
+            }
+            for stream in &mut streams {
+                // only what is buffered already; a read that would wait is dropped
+                let _ = stream.read(&mut buf).now_or_never();
+            }
+            for _ in 0..4 {
+                tokio::task::yield_now().await;
+            }
+            drain(&shared, &mut out);
+            if shared.stop.is_cancelled() {
+                // the session gives up on a flooding peer; nothing after this is read
+                break;
+            }
+        }
+        drop(streams);
+        shared.fail_all();
+        for _ in 0..4 {
+            tokio::task::yield_now().await;
+        }
+        drain(&shared, &mut out);
+        result
+    });
+    drop(targets);
+    result.map(|()| out)
 }
 
 async fn write_loop<S>(
@@ -971,6 +1082,7 @@ mod tests {
     use crate::tunnel::testing::echo_server;
     use async_tungstenite::tokio::TokioAdapter;
     use async_tungstenite::tungstenite::protocol::Role;
+    use proptest::prelude::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
     use tokio::net::TcpListener;
 
@@ -1365,5 +1477,103 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(2), silent.closed())
             .await
             .expect("read timeout ends the session");
+    }
+
+    /// A frame the session acts on: mostly well-formed messages for the connections a replay
+    /// has open (and a few it does not), with payloads that parse or nearly parse; sometimes
+    /// raw bytes.
+    fn session_frame() -> impl Strategy<Value = Bytes> {
+        let payload = prop_oneof![
+            Just(Bytes::from_static(b"EOF")),
+            Just(Bytes::from_static(b"tcp/127.0.0.1:80")),
+            Just(Bytes::from_static(b"tcp/refuse:1")),
+            Just(Bytes::from_static(b"udp/10.0.0.1:53")),
+            Just(Bytes::from_static(b"c1/s1")),
+            Just(Bytes::from_static(b"/s1")),
+            Just(Bytes::new()),
+            proptest::collection::vec(any::<u8>(), 0..200).prop_map(Bytes::from),
+        ];
+        prop_oneof![
+            8 => (any::<i64>(), -5_i64..6, 1_i64..=7, payload)
+                .prop_map(|(id, conn, kind, payload)| {
+                    let kind = MessageType::from_i64(kind).unwrap_or(MessageType::Data);
+                    Message::new(id, conn, kind, payload).encode()
+                }),
+            1 => (any::<i64>(), any::<i64>(), 8_i64..20)
+                .prop_map(|(id, conn, kind)| {
+                    let mut out = bytes::BytesMut::new();
+                    frame::put_varint(&mut out, id);
+                    frame::put_varint(&mut out, conn);
+                    frame::put_varint(&mut out, kind);
+                    out.freeze()
+                }),
+            1 => proptest::collection::vec(any::<u8>(), 0..24).prop_map(Bytes::from),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(crate::fuzz_support::config(crate::fuzz_support::DEFAULT_CASES))]
+
+        /// Any sequence of frames from the peer leaves the session state machine standing: no
+        /// panic, every message it queues for the peer is well formed, every `Error` it sends
+        /// carries a text, and a sequence that ends the session ends it with a readable error.
+        #[test]
+        fn random_frame_sequences_never_panic_the_session(
+            client in proptest::bool::ANY,
+            gossip in proptest::bool::ANY,
+            frames in proptest::collection::vec(session_frame(), 0..24),
+        ) {
+            let role = if client { SessionRole::Client } else { SessionRole::Server };
+            match replay(role, gossip, &frames) {
+                Ok(sent) => {
+                    for msg in sent {
+                        proptest::prop_assert_eq!(Message::decode(msg.encode()), Ok(msg.clone()));
+                        if msg.kind == MessageType::Error {
+                            crate::fuzz_support::assert_readable(&msg.error_text(), "a close")?;
+                        }
+                    }
+                }
+                Err(e) => crate::fuzz_support::assert_readable(&e.to_string(), "a frame sequence")?,
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(crate::fuzz_support::config(32))]
+
+        /// The whole session over a real WebSocket: whatever messages arrive (binary frames,
+        /// text, pings, a close), once the peer goes away the session ends and fails its
+        /// connections. A panic in the driver would leave `closed()` pending forever, so a hang
+        /// and a panic both fail here.
+        #[test]
+        fn random_websocket_messages_never_wedge_the_session(
+            client in proptest::bool::ANY,
+            messages in proptest::collection::vec(
+                prop_oneof![
+                    8 => session_frame().prop_map(WsMessage::Binary),
+                    1 => Just(WsMessage::text("hello")),
+                    1 => Just(WsMessage::Ping(Bytes::new())),
+                    1 => Just(WsMessage::Close(None)),
+                ],
+                0..16,
+            ),
+        ) {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            let ended = runtime.block_on(async {
+                let role = if client { SessionRole::Client } else { SessionRole::Server };
+                let (session, mut peer) = raw_peer(SessionOptions::new(role, "fuzz")).await;
+                for msg in messages {
+                    if peer.send(msg).await.is_err() {
+                        break;
+                    }
+                }
+                drop(peer);
+                tokio::time::timeout(Duration::from_secs(5), session.closed()).await.is_ok()
+            });
+            proptest::prop_assert!(ended, "the session did not end after its peer went away");
+        }
     }
 }

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# test.sh [cargo test args...]: the whole test suite against real control planes.
+# test.sh [cargo test args...] | test.sh --only [cargo test args...]: the whole test suite (or
+# one part of it) against real control planes.
 # Builds or reuses the Kubernetes binaries, starts one parent and CHILDREN children that every
 # integration-test binary shares (CLUSTERNET_TEST_ENV), runs `cargo test`, and always tears the
 # environment down again. Set CLUSTERNET_TEST_ENV yourself to reuse an environment you started.
@@ -16,5 +17,11 @@ if [ -z "${CLUSTERNET_TEST_ENV:-}" ]; then
   bash "$here/env-up.sh" "$dir" "$CHILDREN" --owner-pid $$
   export CLUSTERNET_TEST_ENV=$dir
 fi
-# benches are not tests: `just bench` runs them (they still compile under `just lint`)
-cargo test --lib --bins --tests --no-fail-fast "$@"
+# benches are not tests: `just bench` runs them (they still compile under `just lint`);
+# `test.sh --only ARGS` runs `cargo test ARGS` alone (`just chaos` runs one test binary so)
+if [ "${1:-}" = "--only" ]; then
+  shift
+  cargo test "$@"
+else
+  cargo test --lib --bins --tests --no-fail-fast "$@"
+fi

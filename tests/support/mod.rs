@@ -726,6 +726,35 @@ pub struct Cluster {
     pub child: kube::Client,
     pub dedicated: String,
     pub name: String,
+    /// The agent's command line, to start it again after a kill.
+    pub args: Vec<String>,
+    /// The logs of the agent's earlier runs (the current one is `agent.log`).
+    pub old_logs: Vec<PathBuf>,
+}
+
+impl Cluster {
+    /// SIGKILLs the agent, as a crash or an OOM kill would.
+    pub fn kill_agent(&mut self) {
+        self.agent.kill();
+    }
+
+    /// Starts the agent again with the same command line (a new log file).
+    pub fn start_agent(&mut self) {
+        self.agent.kill();
+        let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        let next = Clusternet::start(&format!("agent-{}", self.name), &args);
+        let old = std::mem::replace(&mut self.agent, next);
+        self.old_logs.push(old.log.clone());
+    }
+
+    /// Everything the agent logged, over all its runs.
+    pub fn agent_logs(&self) -> String {
+        self.old_logs
+            .iter()
+            .chain(std::iter::once(&self.agent.log))
+            .map(|p| std::fs::read_to_string(p).unwrap_or_default())
+            .collect()
+    }
 }
 
 pub fn uid() -> String {
@@ -820,8 +849,8 @@ pub async fn register_with(
             .chain(extra_args.iter().copied())
             .collect::<Vec<_>>(),
         );
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let agent = Clusternet::start(&format!("agent-e2e-{id}-{n}"), &args);
+        let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let agent = Clusternet::start(&format!("agent-e2e-{id}-{n}"), &arg_refs);
         let name = format!("e2e-{id}-{n}");
         let mc = wait_cluster_ready(
             &parent,
@@ -853,6 +882,8 @@ pub async fn register_with(
             child,
             dedicated: mc.namespace().unwrap_or_default(),
             name,
+            args,
+            old_logs: Vec::new(),
         });
     }
     out
@@ -905,6 +936,64 @@ impl HubHandle {
     }
 }
 
+/// The bearer token of a kubeconfig of the test environment.
+pub fn kubeconfig_token(kubeconfig: &Path) -> String {
+    std::fs::read_to_string(kubeconfig)
+        .ok()
+        .and_then(|k| {
+            k.lines().find_map(|l| {
+                l.trim()
+                    .strip_prefix("token:")
+                    .map(|t| t.trim().to_string())
+            })
+        })
+        .expect("a token in the kubeconfig")
+}
+
+/// GET `path` on a hub itself over TLS (skipping the aggregator), with a bearer token or none:
+/// (status, body).
+pub async fn get_from_hub(
+    port: u16,
+    token: Option<&str>,
+    path: &str,
+) -> Result<(u16, String), String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let tls =
+        clusternet::runtime::serving::insecure_client_config(None).map_err(|e| e.to_string())?;
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(tls));
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .map_err(|e| format!("connecting to the hub: {e}"))?;
+    let name = tokio_rustls::rustls::pki_types::ServerName::try_from("localhost")
+        .map_err(|e| e.to_string())?;
+    let mut s = connector
+        .connect(name, tcp)
+        .await
+        .map_err(|e| format!("TLS to the hub: {e}"))?;
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n{auth}Connection: close\r\n\r\n")
+            .as_bytes(),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(20), s.read_to_end(&mut buf)).await;
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let code = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("no HTTP status in {text:?}"))?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Ok((code, body))
+}
+
 /// A plain HTTP GET to a loopback port: (status, body).
 pub async fn http_get(port: u16, path: &str) -> Result<(u16, String), String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -939,24 +1028,7 @@ impl TestEnv {
         static HUB: OnceLock<HubHandle> = OnceLock::new();
         HUB.get_or_init(|| {
             self.install_crds();
-            let rbac = Command::new(self.bin("kubectl"))
-                .arg("--kubeconfig")
-                .arg(self.parent_kubeconfig())
-                .args([
-                    "apply",
-                    "-f",
-                    concat!(
-                        env!("CARGO_MANIFEST_DIR"),
-                        "/deploy/overlays/parent/bootstrap-rbac.yaml"
-                    ),
-                ])
-                .output()
-                .expect("kubectl apply");
-            assert!(
-                rbac.status.success(),
-                "applying the bootstrap RBAC: {}",
-                String::from_utf8_lossy(&rbac.stderr)
-            );
+            self.apply_bootstrap_rbac();
             let port = free_port();
             let health_port = free_port();
             let id = std::process::id();
@@ -982,18 +1054,7 @@ impl TestEnv {
                 .env("RUST_LOG", "info,clusternet::hub=debug")
                 .spawn()
                 .expect("starting the hub");
-            let reg = Command::new("bash")
-                .arg(register)
-                .arg(self.parent_kubeconfig())
-                .arg(port.to_string())
-                .env("K8S_BIN", self.bin_dir())
-                .output()
-                .expect("registering the hub");
-            assert!(
-                reg.status.success(),
-                "registering the hub: {}",
-                String::from_utf8_lossy(&reg.stderr)
-            );
+            self.register_hub(port);
             for name in [
                 "v1alpha1.proxies.clusternet.io",
                 "v1alpha1.shadow",
@@ -1022,6 +1083,47 @@ impl TestEnv {
                 pidfile,
             }
         })
+    }
+
+    /// Applies upstream's bootstrap RBAC (`clusternet:system:socketsproxy`) to the parent.
+    pub fn apply_bootstrap_rbac(&self) {
+        let rbac = Command::new(self.bin("kubectl"))
+            .arg("--kubeconfig")
+            .arg(self.parent_kubeconfig())
+            .args([
+                "apply",
+                "-f",
+                concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/deploy/overlays/parent/bootstrap-rbac.yaml"
+                ),
+            ])
+            .output()
+            .expect("kubectl apply");
+        assert!(
+            rbac.status.success(),
+            "applying the bootstrap RBAC: {}",
+            String::from_utf8_lossy(&rbac.stderr)
+        );
+    }
+
+    /// Points the parent's aggregated APIs at a hub on 127.0.0.1:`port` (tests/env/hub-register.sh).
+    pub fn register_hub(&self, port: u16) {
+        let reg = Command::new("bash")
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/env/hub-register.sh"
+            ))
+            .arg(self.parent_kubeconfig())
+            .arg(port.to_string())
+            .env("K8S_BIN", self.bin_dir())
+            .output()
+            .expect("registering the hub");
+        assert!(
+            reg.status.success(),
+            "registering the hub: {}",
+            String::from_utf8_lossy(&reg.stderr)
+        );
     }
 
     /// The directory holding kube-apiserver, kubectl and friends.

@@ -248,47 +248,52 @@ impl ShadowApi {
 
     /// Resolves a path tail to the resource, namespace, name and subresource it names.
     pub fn target(&self, tail: &str) -> Result<Target, ApiError> {
-        let resources = self.resources()?;
-        let parts: Vec<&str> = tail.split('/').filter(|p| !p.is_empty()).collect();
-        let find = |plural: &str| resources.iter().find(|r| r.name == plural).cloned();
-        let has_scale = |r: &ShadowResource| match r.origin {
-            model::ResourceOrigin::Crd { has_scale, .. } => has_scale,
-            model::ResourceOrigin::BuiltIn => {
-                let scale = format!("{}/scale", r.name);
-                resources.iter().any(|x| x.name == scale)
-            }
-        };
-        let not_found = || ApiError::not_found_path(&format!("/apis/shadow/v1alpha1/{tail}"));
-        if parts.len() >= 3
-            && parts[0] == "namespaces"
-            && let Some(r) = find(parts[2]).filter(|r| r.namespaced)
-        {
-            if parts.len() > 5 {
-                return Err(not_found());
-            }
-            return Ok(Target {
-                has_scale: has_scale(&r),
-                resource: r,
-                namespace: Some(parts[1].to_string()),
-                name: parts.get(3).map(|s| s.to_string()),
-                subresource: parts.get(4).map(|s| s.to_string()),
-            });
+        resolve_target(&self.resources()?, tail)
+    }
+}
+
+/// Resolves a path tail (after `/apis/shadow/v1alpha1/`) against the served `resources`: the
+/// pure half of [`ShadowApi::target`]. A path naming nothing served is a 404.
+pub fn resolve_target(resources: &[ShadowResource], tail: &str) -> Result<Target, ApiError> {
+    let parts: Vec<&str> = tail.split('/').filter(|p| !p.is_empty()).collect();
+    let find = |plural: &str| resources.iter().find(|r| r.name == plural).cloned();
+    let has_scale = |r: &ShadowResource| match r.origin {
+        model::ResourceOrigin::Crd { has_scale, .. } => has_scale,
+        model::ResourceOrigin::BuiltIn => {
+            let scale = format!("{}/scale", r.name);
+            resources.iter().any(|x| x.name == scale)
         }
-        let Some(first) = parts.first() else {
-            return Err(not_found());
-        };
-        if parts.len() > 3 {
+    };
+    let not_found = || ApiError::not_found_path(&format!("/apis/shadow/v1alpha1/{tail}"));
+    if parts.len() >= 3
+        && parts[0] == "namespaces"
+        && let Some(r) = find(parts[2]).filter(|r| r.namespaced)
+    {
+        if parts.len() > 5 {
             return Err(not_found());
         }
-        let r = find(first).ok_or_else(not_found)?;
-        Ok(Target {
+        return Ok(Target {
             has_scale: has_scale(&r),
             resource: r,
-            namespace: None,
-            name: parts.get(1).map(|s| s.to_string()),
-            subresource: parts.get(2).map(|s| s.to_string()),
-        })
+            namespace: Some(parts[1].to_string()),
+            name: parts.get(3).map(|s| s.to_string()),
+            subresource: parts.get(4).map(|s| s.to_string()),
+        });
     }
+    let Some(first) = parts.first() else {
+        return Err(not_found());
+    };
+    if parts.len() > 3 {
+        return Err(not_found());
+    }
+    let r = find(first).ok_or_else(not_found)?;
+    Ok(Target {
+        has_scale: has_scale(&r),
+        resource: r,
+        namespace: None,
+        name: parts.get(1).map(|s| s.to_string()),
+        subresource: parts.get(2).map(|s| s.to_string()),
+    })
 }
 
 fn get_req(path: &str) -> Result<Request<Vec<u8>>, kube::Error> {

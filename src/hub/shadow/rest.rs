@@ -206,7 +206,7 @@ pub fn decode_object(headers: &HeaderMap, body: &Bytes) -> Result<Value, ApiErro
 
 /// Fills in `apiVersion`/`kind` and the namespace from the path; rejects objects of another
 /// kind or namespace.
-fn normalize(t: &Target, obj: &mut Value) -> Result<(), ApiError> {
+pub(crate) fn normalize(t: &Target, obj: &mut Value) -> Result<(), ApiError> {
     let r = &t.resource;
     let want_av = api_version(r);
     match obj["apiVersion"].as_str() {
@@ -768,6 +768,8 @@ fn content_type(headers: &HeaderMap) -> String {
         .to_ascii_lowercase()
 }
 
+const STRATEGIC_MERGE_PATCH: &str = "application/strategic-merge-patch+json";
+
 /// Applies a patch body of the given content type to `current`.
 async fn apply_patch(
     api: &ShadowApi,
@@ -776,17 +778,61 @@ async fn apply_patch(
     current: &Value,
     body: &Bytes,
 ) -> Result<Value, ApiError> {
+    // the OpenAPI document is fetched only for the patch type that needs it
+    let schema = if ct == STRATEGIC_MERGE_PATCH && !is_crd(r) {
+        strategic_schema(api, r).await
+    } else {
+        None
+    };
+    patch_object(ct, is_crd(r), current, body, schema.as_ref())
+}
+
+/// The pure half of [`apply_patch`]: a JSON patch, merge patch or strategic merge patch body
+/// (`ct`, lowercase without parameters) applied to `current`. `crd` refuses strategic merge
+/// patches as the API server does for custom resources; `schema` is the kind's patch metadata
+/// (`None` treats every list as atomic). Every malformed body is a 4xx with the reason.
+pub fn patch_object(
+    ct: &str,
+    crd: bool,
+    current: &Value,
+    body: &Bytes,
+    schema: Option<&crate::kube_ext::strategic_merge::PatchSchema>,
+) -> Result<Value, ApiError> {
     let parse = || -> Result<Value, ApiError> {
         serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("the patch is not valid JSON: {e}")))
     };
     match ct {
         "application/json-patch+json" => {
+            use crate::kube_ext::patch_limits::{GrowthBudget, MAX_PATCH_GROWTH};
             let ops: json_patch::Patch = serde_json::from_slice(body)
                 .map_err(|e| ApiError::bad_request(format!("the JSON patch is not valid: {e}")))?;
+            // one operation at a time, each charged first: a few `copy`s of the document into
+            // itself would otherwise grow it exponentially (the copy is thrown away on error,
+            // so the patch still applies all or nothing)
             let mut out = current.clone();
-            json_patch::patch(&mut out, &ops)
-                .map_err(|e| ApiError::invalid(format!("the JSON patch cannot be applied: {e}")))?;
+            let mut budget = GrowthBudget::new(MAX_PATCH_GROWTH);
+            for (index, op) in ops.0.iter().enumerate() {
+                if !budget.charge(&out, op) {
+                    return Err(ApiError::invalid(format!(
+                        "the JSON patch cannot be applied: operation {index} would grow the object past {MAX_PATCH_GROWTH} bytes"
+                    )));
+                }
+                json_patch::patch(&mut out, std::slice::from_ref(op)).map_err(|e| {
+                    ApiError::invalid(format!(
+                        "the JSON patch cannot be applied: operation {index} failed at path '{}': {}",
+                        e.path, e.kind
+                    ))
+                })?;
+            }
+            // what follows indexes the result as an object (`patched["metadata"]`), and a JSON
+            // patch may replace the whole document with anything
+            if !out.is_object() {
+                return Err(ApiError::invalid(format!(
+                    "the JSON patch cannot be applied: the result must be an object, got {}",
+                    json_kind(&out)
+                )));
+            }
             Ok(out)
         }
         "application/merge-patch+json" => {
@@ -798,24 +844,32 @@ async fn apply_patch(
             json_patch::merge(&mut out, &p);
             Ok(out)
         }
-        "application/strategic-merge-patch+json" => {
-            if is_crd(r) {
+        STRATEGIC_MERGE_PATCH => {
+            if crd {
                 return Err(ApiError::unsupported_media_type(
                     "application/strategic-merge-patch+json is not supported for custom resources: use a merge patch",
                 ));
             }
             let p = parse()?;
-            let schema = strategic_schema(api, r).await;
-            crate::kube_ext::strategic_merge::apply_strategic_merge_patch(
-                current,
-                &p,
-                schema.as_ref(),
-            )
-            .map_err(|e| {
-                ApiError::bad_request(format!("the strategic merge patch cannot be applied: {e}"))
-            })
+            crate::kube_ext::strategic_merge::apply_strategic_merge_patch(current, &p, schema)
+                .map_err(|e| {
+                    ApiError::bad_request(format!(
+                        "the strategic merge patch cannot be applied: {e}"
+                    ))
+                })
         }
         other => Err(ApiError::unsupported_media_type(other)),
+    }
+}
+
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
     }
 }
 
@@ -868,21 +922,7 @@ async fn patch(
     if ct == "application/apply-patch+yaml" || ct == "application/apply-patch+cbor" {
         // server-side apply: the template is the whole desired state, so the applied
         // configuration replaces it (field ownership is not tracked for templates)
-        let mut applied: Value = yaml::from_slice(&req.body).map_err(|e| {
-            ApiError::bad_request(format!("the apply patch is not valid YAML: {e}"))
-        })?;
-        if !applied.is_object() {
-            return Err(ApiError::bad_request("the apply patch must be an object"));
-        }
-        match applied["metadata"]["name"].as_str() {
-            Some(n) if n == name => {}
-            None | Some("") => applied["metadata"]["name"] = json!(name),
-            Some(n) => {
-                return Err(ApiError::bad_request(format!(
-                    "the name of the object ({n}) does not match the name on the URL ({name})"
-                )));
-            }
-        }
+        let applied = decode_apply_patch(&req.body, name)?;
         return match existing {
             None => Ok((StatusCode::CREATED, create(api, t, applied, q).await?)),
             Some(_) => Ok((StatusCode::OK, update(api, t, name, applied, q).await?)),
@@ -899,6 +939,33 @@ async fn patch(
         m.remove("resourceVersion");
     }
     Ok((StatusCode::OK, update(api, t, name, patched, q).await?))
+}
+
+/// A server-side apply body (YAML or JSON): an object whose name, when it has one, is the name
+/// on the URL; a missing name is filled in.
+pub fn decode_apply_patch(body: &Bytes, name: &str) -> Result<Value, ApiError> {
+    let mut applied: Value = yaml::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("the apply patch is not valid YAML: {e}")))?;
+    if !applied.is_object() {
+        return Err(ApiError::bad_request("the apply patch must be an object"));
+    }
+    // writing `metadata.name` below would panic on a `metadata` that is a string or a list
+    if !applied["metadata"].is_object() && !applied["metadata"].is_null() {
+        return Err(ApiError::bad_request(format!(
+            "the apply patch's metadata must be an object, got {}",
+            json_kind(&applied["metadata"])
+        )));
+    }
+    match applied["metadata"]["name"].as_str() {
+        Some(n) if n == name => {}
+        None | Some("") => applied["metadata"]["name"] = json!(name),
+        Some(n) => {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({n}) does not match the name on the URL ({name})"
+            )));
+        }
+    }
+    Ok(applied)
 }
 
 async fn delete(
@@ -1276,5 +1343,243 @@ mod tests {
         assert!(dns_label("Foo").is_err());
         assert!(dns_label("-a").is_err());
         assert!(dns_label(&"a".repeat(64)).is_err());
+    }
+
+    /// Bounded fuzz harnesses (issue #21): everything a client sends the shadow API is decoded
+    /// here, so no body, patch, path or selector may panic the hub, and every refusal is a
+    /// Status with a message.
+    mod fuzz {
+        use proptest::prelude::*;
+
+        use super::*;
+        use crate::fuzz_support::{self, assert_readable};
+        use crate::fuzzing::{deployment_patch_schema, shadow_resources};
+        use crate::hub::shadow::resolve_target;
+
+        fn body_text() -> impl Strategy<Value = Vec<u8>> {
+            prop_oneof![
+                3 => fuzz_support::json_object().prop_map(|v| v.to_string().into_bytes()),
+                2 => fuzz_support::json_object()
+                    .prop_map(|v| yaml::to_string(&v).unwrap_or_default().into_bytes()),
+                2 => fuzz_support::json_value().prop_map(|v| v.to_string().into_bytes()),
+                1 => fuzz_support::json_patch().prop_map(|v| v.to_string().into_bytes()),
+                1 => prop::collection::vec(any::<u8>(), 0..64),
+            ]
+        }
+
+        fn content_type() -> impl Strategy<Value = &'static str> {
+            prop::sample::select(&crate::fuzzing::SHADOW_CONTENT_TYPES[..])
+        }
+
+        fn headers(ct: &str) -> HeaderMap {
+            let mut h = HeaderMap::new();
+            if let Ok(v) = ct.parse() {
+                h.insert(header::CONTENT_TYPE, v);
+            }
+            h
+        }
+
+        /// A path tail: resource paths of the served table, with random names and extra
+        /// segments, or any text.
+        fn path_tail() -> impl Strategy<Value = String> {
+            let segment = prop_oneof![
+                prop::sample::select(vec![
+                    "namespaces",
+                    "default",
+                    "deployments",
+                    "scale",
+                    "status",
+                    "widgets",
+                    "configmaps",
+                    "web",
+                    "",
+                    "..",
+                ])
+                .prop_map(str::to_owned),
+                "[a-z0-9-]{0,8}",
+            ];
+            prop_oneof![
+                4 => prop::collection::vec(segment, 0..7).prop_map(|s| s.join("/")),
+                1 => any::<String>(),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(fuzz_support::config(fuzz_support::DEFAULT_CASES))]
+
+            /// Create/update bodies: JSON, YAML or anything else under any content type become an
+            /// object or a 4xx with a message, and normalizing one against any path never panics.
+            #[test]
+            fn random_bodies_never_panic_the_shadow_decoder(
+                ct in content_type(),
+                body in body_text(),
+                tail in path_tail(),
+            ) {
+                let resources = shadow_resources();
+                let target = resolve_target(&resources, &tail);
+                if let Err(e) = &target {
+                    prop_assert_eq!(e.code, 404);
+                    assert_readable(&e.message, "a path")?;
+                }
+                match decode_object(&headers(ct), &Bytes::from(body)) {
+                    Ok(mut obj) => {
+                        prop_assert!(obj.is_object());
+                        if let Ok(t) = &target {
+                            match normalize(t, &mut obj) {
+                                Ok(()) => prop_assert!(obj["metadata"].is_object()),
+                                Err(e) => {
+                                    prop_assert!((400..500).contains(&e.code), "{}", e);
+                                    assert_readable(&e.message, "a body")?;
+                                }
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        prop_assert!((400..500).contains(&e.code), "{}", e);
+                        assert_readable(&e.message, "a body")?;
+                    }
+                }
+            }
+
+            /// Patches of every type (JSON patch, merge patch, strategic merge patch with and
+            /// without the kind's schema, server-side apply) on any stored object: an object or
+            /// a 4xx with a message, never a panic, and never a non-object for the callers to
+            /// index into.
+            #[test]
+            fn random_patches_never_panic_the_shadow_api(
+                ct in content_type(),
+                crd in any::<bool>(),
+                with_schema in any::<bool>(),
+                current in prop_oneof![fuzz_support::deployment_like(), fuzz_support::json_object()],
+                body in prop_oneof![
+                    3 => fuzz_support::json_patch().prop_map(|v| v.to_string().into_bytes()),
+                    3 => body_text(),
+                ],
+            ) {
+                let schema = with_schema.then(deployment_patch_schema);
+                let body = Bytes::from(body);
+                match patch_object(ct, crd, &current, &body, schema.as_ref()) {
+                    Ok(patched) => prop_assert!(patched.is_object(), "{}", patched),
+                    Err(e) => {
+                        prop_assert!((400..500).contains(&e.code), "{}", e);
+                        assert_readable(&e.message, "a patch")?;
+                    }
+                }
+                match decode_apply_patch(&body, "web") {
+                    Ok(applied) => prop_assert_eq!(&applied["metadata"]["name"], &json!("web")),
+                    Err(e) => {
+                        prop_assert!((400..500).contains(&e.code), "{}", e);
+                        assert_readable(&e.message, "an apply patch")?;
+                    }
+                }
+            }
+
+            /// Label and field selectors, query strings and watch detection: any text.
+            #[test]
+            fn random_selectors_never_panic_the_shadow_api(
+                label in prop_oneof![any::<String>(), "[a-z=!,() ]{0,16}"],
+                field in prop_oneof![
+                    any::<String>(),
+                    "(metadata\\.name|status\\.phase|spec)(=|==|!=)[a-z\\\\,=]{0,6}(,[a-z.]{0,8}=?[a-z]{0,4}){0,2}",
+                ],
+                namespace in prop::option::of(prop_oneof![Just("default".to_owned()), any::<String>()]),
+                query in any::<String>(),
+            ) {
+                match model::list_selectors(Some(&label), Some(&field), "Deployment", namespace.as_deref()) {
+                    Ok(s) => {
+                        let obj = json!({"metadata": {"name": "web"}, "status": {"phase": "Running"}});
+                        let _ = s.fields.matches(&obj);
+                    }
+                    Err(e) => assert_readable(&e.to_string(), "a selector")?,
+                }
+                let _ = query_map(&query);
+                let _ = crate::hub::shadow::is_watch(&label, Some(&query));
+            }
+
+            /// Protobuf bodies (kubectl's encoding of built-in kinds) are only framed and edited
+            /// here: any bytes after the magic number are read or refused with a message.
+            #[test]
+            fn random_protobuf_bodies_never_panic_the_shadow_api(
+                tail in prop::collection::vec(any::<u8>(), 0..96),
+            ) {
+                use crate::kube_ext::protobuf::{self, MAGIC, MetaEdit};
+                let mut body = MAGIC.to_vec();
+                body.extend_from_slice(&tail);
+                if let Err(e) = protobuf::read_meta(&body) {
+                    assert_readable(&e.to_string(), "a protobuf body")?;
+                }
+                let edit = MetaEdit {
+                    clear_namespace: true,
+                    clear_resource_version: true,
+                    generate_name: Some("web-".into()),
+                };
+                match protobuf::edit_meta(&body, &edit) {
+                    Ok(edited) => {
+                        let meta = protobuf::read_meta(&edited);
+                        prop_assert!(
+                            meta.as_ref().is_ok_and(|m| m.namespace.is_empty() && m.generate_name == "web-"),
+                            "{:?}", meta
+                        );
+                    }
+                    Err(e) => assert_readable(&e.to_string(), "a protobuf body")?,
+                }
+            }
+        }
+
+        /// Found while writing the patch harness (which requires an object back): a JSON patch
+        /// may replace the whole object (`{"op": "replace", "path": "", "value": "x"}`), and
+        /// `patch` then indexed the result as an object (`patched["metadata"]`), which panics
+        /// on a string.
+        #[test]
+        fn json_patch_replacing_the_object_with_a_scalar_is_refused() {
+            let body = Bytes::from(r#"[{"op": "replace", "path": "", "value": "x"}]"#);
+            let current = json!({"metadata": {"name": "web"}});
+            let e = patch_object("application/json-patch+json", false, &current, &body, None)
+                .expect_err("a scalar is no object");
+            assert_eq!(e.code, 422);
+            assert!(
+                e.message.contains("must be an object, got a string"),
+                "{}",
+                e.message
+            );
+        }
+
+        /// Found while writing the patch harness: an apply patch whose `metadata` is not a map made
+        /// `applied["metadata"]["name"] = ...` panic.
+        #[test]
+        fn apply_patch_with_scalar_metadata_is_refused() {
+            for body in ["metadata: x\n", "{\"metadata\": [1]}"] {
+                let e = decode_apply_patch(&Bytes::from(body), "web").expect_err("refused");
+                assert_eq!(e.code, 400);
+                assert!(
+                    e.message.contains("metadata must be an object"),
+                    "{}",
+                    e.message
+                );
+            }
+            let ok = decode_apply_patch(&Bytes::from("metadata: null\n"), "web")
+                .expect("a null metadata is filled in");
+            assert_eq!(ok["metadata"]["name"], json!("web"));
+        }
+
+        /// Found while writing the patch harness: forty copies of the object into itself (a 2 KiB patch)
+        /// used to build 2^40 copies in the hub's memory.
+        #[test]
+        fn self_copying_json_patch_is_refused_not_expanded() {
+            let ops: Vec<Value> = (0..40)
+                .map(|i| json!({"op": "copy", "from": "", "path": format!("/c{i}")}))
+                .collect();
+            let body = Bytes::from(Value::Array(ops).to_string());
+            // a 1 MiB object reaches the bound after two copies (a small one after some twenty
+            // doublings, the same refusal, only slower in a debug build)
+            let current =
+                json!({"metadata": {"name": "web"}, "data": {"blob": "x".repeat(1 << 20)}});
+            let started = std::time::Instant::now();
+            let e = patch_object("application/json-patch+json", false, &current, &body, None)
+                .expect_err("an exponential patch is refused");
+            assert_eq!(e.code, 422);
+            assert!(e.message.contains("would grow the object"), "{}", e.message);
+            assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        }
     }
 }

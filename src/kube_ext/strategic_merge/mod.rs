@@ -256,3 +256,279 @@ mod fixtures {
         }}})
     }
 }
+
+/// Bounded fuzz harnesses (issue #21): strategic merge patches arrive from any user allowed to
+/// patch through the shadow API, so no patch, stored object or OpenAPI schema may panic or hang
+/// the merge, and every refusal must say what is wrong.
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+    use serde_json::{Map, Value, json};
+
+    use super::fixtures::{apps_v1_doc, merge_item_doc};
+    use super::*;
+    use crate::fuzz_support::{self, assert_readable};
+
+    fn merge_item_schema() -> PatchSchema {
+        PatchSchema::from_openapi_v3(&merge_item_doc(), "test", "v1", "MergeItem")
+            .expect("fixture has MergeItem")
+    }
+
+    fn deployment_schema() -> PatchSchema {
+        PatchSchema::from_openapi_v3(&apps_v1_doc(), "apps", "v1", "Deployment")
+            .expect("fixture has Deployment")
+    }
+
+    /// A list item with a merge key (`name`, sometimes `containerPort`), directives now and
+    /// then: what lists of maps in real patches look like.
+    fn keyed_item() -> impl Strategy<Value = Value> {
+        (
+            prop_oneof![
+                4 => "[a-c]".prop_map(Value::from),
+                1 => fuzz_support::json_leaf(),
+            ],
+            prop::option::of(prop::sample::select(vec![
+                "delete", "replace", "merge", "bogus",
+            ])),
+            prop::collection::vec((fuzz_support::json_key(), fuzz_support::json_value()), 0..3),
+            prop::sample::select(vec!["name", "name", "name", "containerPort"]),
+        )
+            .prop_map(|(key, directive, rest, key_name)| {
+                let mut m: Map<String, Value> = rest.into_iter().collect();
+                m.insert(key_name.into(), key);
+                if let Some(d) = directive {
+                    m.insert("$patch".into(), Value::from(d));
+                }
+                Value::Object(m)
+            })
+    }
+
+    /// A patch value for a field: maps, keyed lists, primitive lists, directives, scalars.
+    fn patch_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            4 => fuzz_support::json_leaf(),
+            2 => prop::collection::vec(keyed_item(), 0..4).prop_map(Value::Array),
+            1 => prop::collection::vec(fuzz_support::json_leaf(), 0..4).prop_map(Value::Array),
+        ];
+        leaf.prop_recursive(4, 48, 5, |inner| {
+            prop_oneof![
+                prop::collection::vec((fuzz_support::json_key(), inner.clone()), 0..5)
+                    .prop_map(|e| Value::Object(e.into_iter().collect())),
+                prop::collection::vec(inner, 0..4).prop_map(Value::Array),
+            ]
+        })
+    }
+
+    /// A patch object, with directives at the top level now and then.
+    fn patch() -> impl Strategy<Value = Value> {
+        (
+            prop::collection::vec((fuzz_support::json_key(), patch_value()), 0..6),
+            prop::option::of(prop::sample::select(vec![
+                "replace", "delete", "merge", "x",
+            ])),
+            prop::option::of(prop::collection::vec(fuzz_support::json_key(), 0..4)),
+        )
+            .prop_map(|(entries, directive, retain)| {
+                let mut m: Map<String, Value> = entries.into_iter().collect();
+                if let Some(d) = directive {
+                    m.insert("$patch".into(), Value::from(d));
+                }
+                if let Some(keys) = retain {
+                    m.insert("$retainKeys".into(), json!(keys));
+                }
+                Value::Object(m)
+            })
+    }
+
+    fn original() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            3 => fuzz_support::deployment_like(),
+            2 => patch(),
+            1 => fuzz_support::json_value(),
+        ]
+    }
+
+    fn schema_choice() -> impl Strategy<Value = Option<PatchSchema>> {
+        prop_oneof![
+            Just(None),
+            Just(Some(merge_item_schema())),
+            Just(Some(deployment_schema())),
+        ]
+    }
+
+    fn is_directive(k: &str) -> bool {
+        k == DIRECTIVE_MARKER
+            || k == RETAIN_KEYS_DIRECTIVE
+            || k.starts_with(SET_ELEMENT_ORDER_PREFIX)
+            || k.starts_with(DELETE_FROM_PRIMITIVE_LIST_PREFIX)
+    }
+
+    fn has_directive_key(v: &Value) -> bool {
+        match v {
+            Value::Object(m) => m
+                .iter()
+                .any(|(k, v)| is_directive(k) || has_directive_key(v)),
+            Value::Array(items) => items.iter().any(has_directive_key),
+            _ => false,
+        }
+    }
+
+    /// `v` without directive keys and without nulls, at any depth.
+    fn plain(v: Value) -> Value {
+        match v {
+            Value::Object(m) => Value::Object(
+                m.into_iter()
+                    .filter(|(k, v)| !is_directive(k) && !v.is_null())
+                    .map(|(k, v)| (k, plain(v)))
+                    .collect(),
+            ),
+            Value::Array(items) => Value::Array(
+                items
+                    .into_iter()
+                    .filter(|v| !v.is_null())
+                    .map(plain)
+                    .collect(),
+            ),
+            other => other,
+        }
+    }
+
+    /// Random `components.schemas` with `$ref`s and `allOf`s among a few names (so cycles are
+    /// common), patch extensions on properties, and `x-kubernetes-group-version-kind`.
+    fn openapi_doc() -> impl Strategy<Value = Value> {
+        let names = || prop::sample::select(vec!["a", "b", "c"]);
+        let reference = names().prop_map(|n| json!({"$ref": format!("#/components/schemas/{n}")}));
+        let property = (
+            prop::option::of(reference.clone()),
+            prop::option::of(prop::sample::select(vec![
+                "merge",
+                "replace",
+                "retainKeys",
+                "merge,retainKeys",
+            ])),
+            prop::option::of(prop::sample::select(vec!["name", "containerPort", ""])),
+            prop::bool::ANY,
+        )
+            .prop_map(|(r, strategy, key, list)| {
+                let mut p = Map::new();
+                if let Some(r) = r {
+                    if list {
+                        p.insert("items".into(), r);
+                    } else {
+                        p.insert("allOf".into(), json!([r]));
+                    }
+                }
+                if let Some(s) = strategy {
+                    p.insert("x-kubernetes-patch-strategy".into(), json!(s));
+                }
+                if let Some(k) = key {
+                    p.insert("x-kubernetes-patch-merge-key".into(), json!(k));
+                }
+                Value::Object(p)
+            });
+        let schema = (
+            prop::collection::vec((prop::sample::select(fuzz_support::KEYS), property), 0..4),
+            prop::collection::vec(reference.clone(), 0..3),
+            prop::option::of(reference),
+            prop::option::of(fuzz_support::json_value()),
+        )
+            .prop_map(|(props, all_of, items, junk)| {
+                let mut s = Map::new();
+                let props: Map<String, Value> =
+                    props.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+                s.insert("properties".into(), Value::Object(props));
+                s.insert("allOf".into(), Value::Array(all_of));
+                if let Some(i) = items {
+                    s.insert("items".into(), i);
+                }
+                if let Some(j) = junk {
+                    s.insert("additionalProperties".into(), j);
+                }
+                s.insert(
+                    "x-kubernetes-group-version-kind".into(),
+                    json!([{"group": "apps", "version": "v1", "kind": "Deployment"}]),
+                );
+                Value::Object(s)
+            });
+        prop::collection::vec((names(), schema), 1..4).prop_map(|schemas| {
+            let schemas: Map<String, Value> = schemas
+                .into_iter()
+                .map(|(n, s)| (n.to_owned(), s))
+                .collect();
+            json!({"components": {"schemas": schemas}})
+        })
+    }
+
+    proptest! {
+        #![proptest_config(fuzz_support::config(fuzz_support::DEFAULT_CASES))]
+
+        /// Any patch on any object, with or without a schema: the merge returns, a refusal
+        /// says why, a result is an object, and a patch never leaves its directives in it.
+        #[test]
+        fn random_patches_never_panic_the_strategic_merge(
+            original in original(),
+            patch in prop_oneof![6 => patch(), 1 => fuzz_support::json_value()],
+            schema in schema_choice(),
+        ) {
+            match apply_strategic_merge_patch(&original, &patch, schema.as_ref()) {
+                Ok(merged) => {
+                    prop_assert!(merged.is_object());
+                    if !has_directive_key(&original) {
+                        prop_assert!(!has_directive_key(&merged), "directives leaked: {}", merged);
+                    }
+                }
+                Err(e) => assert_readable(&e.to_string(), "a strategic merge patch")?,
+            }
+        }
+
+    }
+
+    proptest! {
+        #![proptest_config(fuzz_support::config(128))]
+
+        /// Without a schema and without directives (or nulls, which merge patches and the
+        /// sanitising treat differently inside lists), a strategic merge patch is an RFC 7386
+        /// merge patch: lists are replaced, maps merge.
+        #[test]
+        fn plain_strategic_merge_without_schema_is_a_json_merge_patch(
+            original in fuzz_support::json_object(),
+            patch in fuzz_support::json_object().prop_map(plain),
+        ) {
+            let merged = apply_strategic_merge_patch(&original, &patch, None);
+            prop_assert_eq!(merged, Ok(apply_json_merge_patch(&original, &patch)));
+        }
+
+    }
+
+    proptest! {
+        // each case compiles a schema index: fewer cases, same coverage of the lookups
+        #![proptest_config(fuzz_support::config(64))]
+
+        /// Any OpenAPI document, cycles of `$ref`s and `allOf`s included, compiles, and its
+        /// schemas can be looked up and merged with, in bounded time.
+        #[test]
+        fn random_openapi_schemas_never_hang_the_strategic_merge(
+            doc in openapi_doc(),
+            original in original(),
+            patch in patch(),
+        ) {
+            let index = PatchSchemaIndex::from_openapi(&doc);
+            let started = std::time::Instant::now();
+            for name in ["a", "b", "c"] {
+                if let Some(schema) = index.for_schema_name(name) {
+                    let _ = schema.field("missing-field");
+                    let _ = schema.items();
+                }
+            }
+            let schema = index.for_kind("apps", "v1", "Deployment");
+            if let Err(e) = apply_strategic_merge_patch(&original, &patch, schema.as_ref()) {
+                assert_readable(&e.to_string(), "a strategic merge patch")?;
+            }
+            prop_assert!(
+                started.elapsed() < std::time::Duration::from_secs(2),
+                "schema lookups took {:?}",
+                started.elapsed()
+            );
+        }
+    }
+}

@@ -245,32 +245,31 @@ impl Graph {
         node
     }
 
-    fn field(&self, node: NodeId, key: &str, depth: usize) -> Option<(&FieldDef, bool)> {
-        let n = self.nodes.get(node)?;
-        if let Some(def) = n.fields.get(key) {
-            return Some((def, true));
-        }
-        if depth < MAX_SCHEMA_DEPTH {
-            for &parent in &n.all_of {
-                if let Some(found) = self.field(parent, key, depth + 1) {
-                    return Some(found);
-                }
-            }
-        }
-        None
+    /// The definition of `key` in `node` or, depth-first and in order, in its `allOf`
+    /// members. Each node is looked at once: member graphs have cycles and shared members in
+    /// documents nobody vetted, and walking every path (as a depth limit alone does) is
+    /// exponential, 2^64 lookups for a schema listing itself twice in its own `allOf` (found by
+    /// the fuzz harness `random_openapi_schemas_never_hang_the_strategic_merge`).
+    fn field(&self, node: NodeId, key: &str) -> Option<&FieldDef> {
+        self.walk(node, |n| n.fields.get(key))
     }
 
-    fn walk<T>(&self, node: NodeId, depth: usize, get: &dyn Fn(&Node) -> Option<T>) -> Option<T> {
-        let n = self.nodes.get(node)?;
-        if let Some(found) = get(n) {
-            return Some(found);
-        }
-        if depth < MAX_SCHEMA_DEPTH {
-            for &parent in &n.all_of {
-                if let Some(found) = self.walk(parent, depth + 1, get) {
-                    return Some(found);
-                }
+    /// The first `get` answer for `node` or its `allOf` members, looked at as [`Graph::field`]
+    /// describes.
+    fn walk<'g, T: 'g>(&'g self, node: NodeId, get: impl Fn(&'g Node) -> Option<T>) -> Option<T> {
+        let mut seen = vec![false; self.nodes.len()];
+        let mut pending = vec![node];
+        while let Some(id) = pending.pop() {
+            match seen.get_mut(id) {
+                Some(seen) if !*seen => *seen = true,
+                _ => continue,
             }
+            let n = self.nodes.get(id)?;
+            if let Some(found) = get(n) {
+                return Some(found);
+            }
+            // reversed onto the stack, so members are looked at in their order
+            pending.extend(n.all_of.iter().rev());
         }
         None
     }
@@ -321,7 +320,7 @@ impl PatchSchema {
     /// Patch metadata of `key` in this object; `None` when the schema does not know the key.
     /// Keys of a map-typed object (`additionalProperties`) are known, with no strategy.
     pub fn field(&self, key: &str) -> Option<FieldPatchMeta<'_>> {
-        if let Some((def, _)) = self.graph.field(self.node, key, 0) {
+        if let Some(def) = self.graph.field(self.node, key) {
             return Some(FieldPatchMeta {
                 schema: def.schema.map(|node| self.with_node(node)),
                 strategy: def.strategy,
@@ -329,7 +328,7 @@ impl PatchSchema {
                 merge_key: def.merge_key.as_deref(),
             });
         }
-        let additional = self.graph.walk(self.node, 0, &|n| n.additional)?;
+        let additional = self.graph.walk(self.node, |n| n.additional)?;
         Some(FieldPatchMeta {
             schema: Some(self.with_node(additional)),
             ..FieldPatchMeta::default()
@@ -338,7 +337,7 @@ impl PatchSchema {
 
     /// The element schema, when this is the schema of a list.
     pub fn items(&self) -> Option<PatchSchema> {
-        let node = self.graph.walk(self.node, 0, &|n| n.items)?;
+        let node = self.graph.walk(self.node, |n| n.items)?;
         Some(self.with_node(node))
     }
 
@@ -355,6 +354,27 @@ mod tests {
     use super::*;
     use crate::kube_ext::strategic_merge::fixtures::*;
     use serde_json::json;
+
+    /// Found by `random_openapi_schemas_never_hang_the_strategic_merge`: a schema naming
+    /// itself twice in its `allOf` made every lookup of an unknown field walk 2^64 paths (the
+    /// depth limit bounded the depth, not the breadth), hanging the hub's patch handler.
+    #[test]
+    fn cyclic_all_of_lookups_finish() {
+        let me = json!({"$ref": "#/components/schemas/a"});
+        let doc = json!({"components": {"schemas": {
+            "a": {"allOf": [me, me], "properties": {"x": {"x-kubernetes-patch-strategy": "merge"}},
+                "x-kubernetes-group-version-kind": [{"group": "g", "version": "v1", "kind": "A"}]},
+        }}});
+        let schema = PatchSchema::from_openapi_v3(&doc, "g", "v1", "A").expect("kind A");
+        let started = std::time::Instant::now();
+        assert!(schema.field("missing").is_none());
+        assert!(schema.items().is_none());
+        assert_eq!(
+            schema.field("x").map(|f| f.strategy),
+            Some(PatchStrategy::Merge)
+        );
+        assert!(started.elapsed() < std::time::Duration::from_secs(1));
+    }
 
     #[test]
     fn schema_walks_refs_and_all_of() {

@@ -11,6 +11,7 @@ use super::helm::coalesce_helm_values;
 use super::{MAX_JSON_PATCH_OPERATIONS, OverrideError};
 use crate::apis::placement::FieldChange;
 use crate::apis::{FieldFormat, OverrideConfig, OverrideType};
+use crate::kube_ext::patch_limits::{GrowthBudget, MAX_PATCH_GROWTH};
 use crate::kube_ext::yaml;
 
 /// Indentation upstream uses when it re-serializes a patched embedded JSON document.
@@ -358,9 +359,17 @@ fn json_patch_doc(doc: &mut Value, patch: Value) -> Result<bool, String> {
         ));
     }
     // One operation at a time on a copy: when one fails, `work` is the state it saw, which tells
-    // a missing path apart from a real error.
+    // a missing path apart from a real error. Each is charged for what it adds first: a few
+    // `copy`s of the document into itself would otherwise grow it exponentially.
     let mut work = doc.clone();
+    let mut budget = GrowthBudget::new(MAX_PATCH_GROWTH);
     for (index, op) in patch.0.iter().enumerate() {
+        if !budget.charge(&work, op) {
+            let (name, path) = describe_op(op);
+            return Err(format!(
+                "operation {index} ({name} {path:?}) would grow the document past {MAX_PATCH_GROWTH} bytes"
+            ));
+        }
         if let Err(e) = json_patch::patch(&mut work, std::slice::from_ref(op)) {
             if fails_on_missing_path(&work, op, &e.kind) {
                 return Ok(false);

@@ -25,6 +25,11 @@ pub fn render_helm(
     chart: &Value,
     overrides: &[OverrideConfig],
 ) -> Result<HelmRendering, OverrideError> {
+    let chart_rules: Vec<&str> = overrides
+        .iter()
+        .filter(|o| o.override_chart)
+        .map(|o| o.name.as_str())
+        .collect();
     // JSONPatch/MergePatch with `overrideChart: true` patch the HelmChart object itself (upstream
     // #454; upstream applies them to the values): after the Helm chart merges, in their order
     let (chart_patches, overrides): (Vec<OverrideConfig>, Vec<OverrideConfig>) =
@@ -66,24 +71,26 @@ pub fn render_helm(
                 o
             })
             .collect();
-        let (patched, _) = apply_docs(Doc::Json(out.clone()), Doc::blank(), &patches)?;
-        let mut patched = patched.into_value("the HelmChart")?;
-        // which chart is installed where stays the HelmChart's, as for the merges above
+        let (patched, _) = apply_docs(Doc::Json(out), Doc::blank(), &patches)?;
+        out = patched.into_value("the HelmChart")?;
+    }
+    // Which chart is installed where stays the HelmChart's, whatever the overrides did: put
+    // back after the patches above. `spec` itself must survive as a map for that; a merge
+    // patch `{"spec": []}` or `{"spec": null}` used to drop both fields silently (found by the
+    // fuzz harnesses).
+    if let Some(original) = chart.get("spec").and_then(Value::as_object) {
+        let found = json_type(out.get("spec").unwrap_or(&Value::Null));
+        let Some(spec) = out.get_mut("spec").and_then(Value::as_object_mut) else {
+            return Err(OverrideError::Chart(format!(
+                "overrides {chart_rules:?} must leave spec a map (it names the chart and its target namespace), got {found}"
+            )));
+        };
         for field in ["chart", "targetNamespace"] {
-            match out.pointer(&format!("/spec/{field}")).cloned() {
-                Some(v) => {
-                    if let Some(spec) = patched.get_mut("spec").and_then(Value::as_object_mut) {
-                        spec.insert(field.to_string(), v);
-                    }
-                }
-                None => {
-                    if let Some(spec) = patched.get_mut("spec").and_then(Value::as_object_mut) {
-                        spec.remove(field);
-                    }
-                }
-            }
+            match original.get(field) {
+                Some(v) => spec.insert(field.to_string(), v.clone()),
+                None => spec.remove(field),
+            };
         }
-        out = patched;
     }
     Ok(HelmRendering {
         values: values.into_string(),

@@ -69,6 +69,9 @@ pub enum OverrideError {
         /// The parser's complaint.
         reason: String,
     },
+    /// HelmChart overrides left no HelmChart to install.
+    #[error("HelmChart overrides: {0}")]
+    Chart(String),
     /// A Globalization's `clusterAffinity` is not a valid label selector.
     #[error("Globalization {name:?}: invalid clusterAffinity: {reason}")]
     ClusterAffinity {
@@ -280,5 +283,245 @@ spec:
                 }
             }
         })
+    }
+}
+
+/// Bounded fuzz harnesses (issue #21): override rules are written by users (Localizations,
+/// Globalizations) and rendered by the controller, so no value, type or field path may panic it
+/// or hang it, and every rule it refuses must say why in the object's status.
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::apis::placement::OverrideSource;
+    use crate::apis::{FieldFormat, OverrideConfig};
+    use crate::fuzz_support::{self, assert_readable};
+    use crate::kube_ext::yaml;
+
+    /// Override value text: JSON patches, merge patches and Helm values as JSON or YAML, any JSON
+    /// value, or arbitrary text.
+    fn value_text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            3 => fuzz_support::json_patch().prop_map(|v| v.to_string()),
+            3 => fuzz_support::json_object().prop_map(|v| v.to_string()),
+            2 => fuzz_support::json_object().prop_map(|v| yaml::to_string(&v).unwrap_or_default()),
+            1 => fuzz_support::json_value().prop_map(|v| v.to_string()),
+            1 => fuzz_support::any_text(),
+            1 => Just(String::new()),
+        ]
+    }
+
+    fn override_type() -> impl Strategy<Value = OverrideType> {
+        prop::sample::select(vec![
+            OverrideType::Helm,
+            OverrideType::JsonPatch,
+            OverrideType::MergePatch,
+            OverrideType::FieldJsonPatch,
+            OverrideType::FieldMergePatch,
+        ])
+    }
+
+    fn rule() -> impl Strategy<Value = OverrideConfig> {
+        (
+            "[a-z]{0,6}",
+            override_type(),
+            value_text(),
+            prop::bool::weighted(0.2),
+            prop_oneof![
+                3 => Just("/metadata/annotations/config".to_owned()),
+                1 => Just("/spec/template/spec/containers/0/image".to_owned()),
+                2 => fuzz_support::json_pointer(),
+            ],
+            prop::option::of(prop::sample::select(vec![
+                FieldFormat::Json,
+                FieldFormat::Yaml,
+            ])),
+        )
+            .prop_map(
+                |(name, type_, value, override_chart, field_path, field_format)| OverrideConfig {
+                    name,
+                    value,
+                    type_,
+                    override_chart,
+                    field_path,
+                    field_format,
+                },
+            )
+    }
+
+    /// A Deployment-like object with a document embedded in an annotation (JSON, YAML or text),
+    /// which the Field* types patch.
+    fn document() -> impl Strategy<Value = Value> {
+        (
+            fuzz_support::deployment_like(),
+            prop_oneof![
+                fuzz_support::json_object().prop_map(|v| v.to_string()),
+                fuzz_support::json_object().prop_map(|v| yaml::to_string(&v).unwrap_or_default()),
+                fuzz_support::any_text(),
+            ],
+        )
+            .prop_map(|(mut doc, embedded)| {
+                if let Some(meta) = doc.get_mut("metadata").and_then(Value::as_object_mut) {
+                    meta.insert("annotations".into(), json!({ "config": embedded }));
+                }
+                doc
+            })
+    }
+
+    fn sourced(rules: &[OverrideConfig]) -> Vec<SourcedOverride> {
+        rules
+            .iter()
+            .map(|config| SourcedOverride {
+                source: OverrideSource {
+                    kind: "Localization".into(),
+                    namespace: Some("clusternet-abcde".into()),
+                    name: "fuzz".into(),
+                    priority: 500,
+                },
+                config: config.clone(),
+            })
+            .collect()
+    }
+
+    proptest! {
+        // every case renders up to five rules, twice for the explained rendering
+        #![proptest_config(fuzz_support::config(128))]
+
+        /// Any rules on any object: the generic renderer returns, a refused rule names itself
+        /// with a reason, and the explained rendering renders exactly what the plain one does.
+        #[test]
+        fn random_overrides_never_panic_the_generic_renderer(
+            doc in prop_oneof![4 => document(), 1 => fuzz_support::json_value()],
+            rules in prop::collection::vec(rule(), 0..5),
+        ) {
+            let plain = render_generic(&doc, &rules);
+            let explained = render_generic_explained(&doc, &sourced(&rules));
+            match (&plain, &explained) {
+                (Ok(a), Ok((b, _))) => prop_assert_eq!(a, b),
+                (Err(a), Err(b)) => {
+                    prop_assert_eq!(a, b);
+                    assert_readable(&a.to_string(), "an override")?;
+                }
+                _ => prop_assert!(false, "plain {:?} but explained {:?}", plain, explained),
+            }
+        }
+
+        /// The text-level entry point (generic and chart documents as stored, possibly blank
+        /// or not JSON at all) behaves the same way.
+        #[test]
+        fn random_override_documents_never_panic_apply_overrides(
+            g in prop_oneof![
+                3 => document().prop_map(|d| d.to_string()),
+                1 => Just(" ".to_owned()),
+                1 => fuzz_support::any_text(),
+            ],
+            c in prop_oneof![
+                2 => Just(" ".to_owned()),
+                1 => fuzz_support::json_object().prop_map(|v| v.to_string()),
+                1 => fuzz_support::any_text(),
+            ],
+            rules in prop::collection::vec(rule(), 0..5),
+        ) {
+            match apply_overrides(&g, &c, &rules) {
+                Ok((g2, c2)) => {
+                    // a document no rule touched is handed back as it came
+                    if rules.iter().all(|r| r.value.trim().is_empty()) && g.trim().is_empty() {
+                        prop_assert_eq!(&g2, &g);
+                    }
+                    if rules.iter().all(|r| !r.override_chart) {
+                        prop_assert_eq!(&c2, &c);
+                    }
+                }
+                Err(e) => assert_readable(&e.to_string(), "an override")?,
+            }
+        }
+
+        /// Helm rendering: any values and chart overrides on any HelmChart; which chart is
+        /// installed where never changes.
+        #[test]
+        fn random_helm_overrides_never_panic_the_helm_renderer(
+            extra in fuzz_support::json_object(),
+            rules in prop::collection::vec(rule(), 0..5),
+        ) {
+            let mut chart = json!({
+                "apiVersion": "apps.clusternet.io/v1alpha1",
+                "kind": "HelmChart",
+                "metadata": {"name": "mysql", "namespace": "default"},
+                "spec": {"repo": "https://charts.example", "chart": "mysql", "targetNamespace": "db"},
+            });
+            chart["extra"] = extra;
+            match render_helm(&chart, &rules) {
+                Ok(rendered) => {
+                    prop_assert_eq!(&rendered.chart["spec"]["chart"], &json!("mysql"));
+                    prop_assert_eq!(&rendered.chart["spec"]["targetNamespace"], &json!("db"));
+                }
+                Err(e) => assert_readable(&e.to_string(), "a Helm override")?,
+            }
+        }
+    }
+
+    /// Found by `random_helm_overrides_never_panic_the_helm_renderer`: a chart merge patch
+    /// `{"spec": []}` replaced the HelmChart's spec, and the chart name and target namespace
+    /// that overrides may never change were silently gone (`spec: null` in a Helm chart
+    /// override, found while fixing it, did the same).
+    #[test]
+    fn chart_overrides_cannot_drop_the_spec() {
+        let chart = json!({"spec": {"chart": "mysql", "targetNamespace": "db"}});
+        for (type_, value) in [
+            (OverrideType::MergePatch, r#"{"spec": []}"#),
+            (OverrideType::MergePatch, r#"{"spec": null}"#),
+            (
+                OverrideType::JsonPatch,
+                r#"[{"op": "replace", "path": "", "value": 1}]"#,
+            ),
+            // a Helm chart override is merged into the chart: null deletes there too
+            (OverrideType::Helm, "spec: null"),
+        ] {
+            let rule = OverrideConfig {
+                name: "flatten".into(),
+                value: value.into(),
+                type_,
+                override_chart: true,
+                field_path: String::new(),
+                field_format: None,
+            };
+            let err = render_helm(&chart, &[rule]).expect_err(value);
+            assert!(
+                err.to_string()
+                    .contains("\"flatten\"] must leave spec a map"),
+                "{err}"
+            );
+        }
+    }
+
+    /// Found while writing these harnesses: forty `copy`s of the document into itself are a
+    /// few hundred bytes of Localization but 2^40 copies of the object; the renderer refused
+    /// nothing and ran out of memory. Now the patch is refused, quickly, with the operation.
+    #[test]
+    fn self_copying_json_patch_is_refused_not_expanded() {
+        let ops: Vec<Value> = (0..40)
+            .map(|i| json!({"op": "copy", "from": "", "path": format!("/c{i}")}))
+            .collect();
+        let rule = OverrideConfig {
+            name: "bomb".into(),
+            value: Value::Array(ops).to_string(),
+            type_: OverrideType::JsonPatch,
+            override_chart: false,
+            field_path: String::new(),
+            field_format: None,
+        };
+        let started = std::time::Instant::now();
+        // a 1 MiB object reaches the bound after two copies (a small one after some twenty
+        // doublings, the same refusal, only slower in a debug build)
+        let big = json!({"spec": {"blob": "x".repeat(1 << 20)}});
+        let err = render_generic(&big, &[rule]).expect_err("an exponential patch is refused");
+        let text = err.to_string();
+        assert!(
+            text.contains("\"bomb\"") && text.contains("would grow the document"),
+            "{text}"
+        );
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
     }
 }

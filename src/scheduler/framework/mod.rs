@@ -330,7 +330,10 @@ impl TargetClusters {
                     *list = vec![0; count];
                 }
                 if let Some(slot) = list.get_mut(ti) {
-                    *slot += value;
+                    // saturating: the current assignment comes from the Subscription's status,
+                    // which anyone allowed to write it can set near i32::MAX (found by the fuzz
+                    // harnesses; Go wraps here)
+                    *slot = slot.saturating_add(value);
                 }
             } else {
                 // Go's index map is built once, so a cluster repeated in `part` is appended twice.

@@ -26,7 +26,7 @@ fn dividing_type(sub: &Subscription) -> Option<ReplicaDividingType> {
     sub.spec.dividing_scheduling.as_ref().map(|d| d.type_)
 }
 
-fn clamp_i32(v: i64) -> i32 {
+fn clamp_i32(v: i128) -> i32 {
     i32::try_from(v).unwrap_or(if v < 0 { i32::MIN } else { i32::MAX })
 }
 
@@ -61,13 +61,16 @@ pub fn static_weights(subscribers: &[Subscriber], clusters: &[&ManagedCluster]) 
 /// first `D - sum` clusters by weight descending (ties: lower index first). All zeros when the
 /// weights sum to 0 (callers produce no replicas then).
 pub fn static_divide_replicas(desired: i32, weights: &[i64]) -> Vec<i32> {
-    let total: i64 = weights.iter().sum();
+    // 128 bits: a cluster's weight sums the weights of every subscriber matching it, so two of
+    // weight i32::MAX make 2^32, and `w * D` then overflowed i64 for D near i32::MAX (a panic in
+    // debug builds, garbage shares in release; found by the fuzz harnesses)
+    let total: i128 = weights.iter().map(|&w| i128::from(w)).sum();
     if total == 0 {
         return vec![0; weights.len()];
     }
-    let d = i64::from(desired);
-    let mut result: Vec<i64> = weights.iter().map(|w| w * d / total).collect();
-    let remain = d - result.iter().sum::<i64>();
+    let d = i128::from(desired);
+    let mut result: Vec<i128> = weights.iter().map(|&w| i128::from(w) * d / total).collect();
+    let remain = d - result.iter().sum::<i128>();
     if remain > 0 {
         let mut order: Vec<usize> = (0..weights.len()).collect();
         order.sort_by(|&a, &b| weights[b].cmp(&weights[a]));
@@ -84,22 +87,24 @@ pub fn static_divide_replicas(desired: i32, weights: &[i64]) -> Vec<i32> {
 /// `trunc(w * D / S)` and the remainder goes one by one to the largest fractional parts (ties:
 /// lower index first), subtracting when the remainder is negative.
 pub fn dynamic_divide_replicas(desired: i32, max_available: &[i32]) -> Vec<i32> {
-    let total: i64 = max_available.iter().map(|&w| i64::from(w)).sum();
-    let d = i64::from(desired);
+    // 128 bits: capacities of mixed signs (a predictor answering a negative number) can sum to
+    // a tiny total, and the shares `w * D / S` then summed past i64 (found by the fuzz harnesses)
+    let total: i128 = max_available.iter().map(|&w| i128::from(w)).sum();
+    let d = i128::from(desired);
     if total == 0 || d > total {
         return max_available.to_vec();
     }
     let mut result = Vec::with_capacity(max_available.len());
     let mut fractions = Vec::with_capacity(max_available.len());
     for &w in max_available {
-        let product = i64::from(w) * d;
+        let product = i128::from(w) * d;
         let share = product / total;
         result.push(share);
         // Go computes the fraction in float64 the same way.
         #[allow(clippy::cast_precision_loss)]
         fractions.push((product as f64 / total as f64 - share as f64).abs());
     }
-    let remain = d - result.iter().sum::<i64>();
+    let remain = d - result.iter().sum::<i128>();
     let mut order: Vec<usize> = (0..max_available.len()).collect();
     order.sort_by(|&a, &b| fractions[b].total_cmp(&fractions[a]));
     let step = remain.signum();
@@ -638,5 +643,210 @@ mod tests {
             let total: i32 = capacity.iter().sum();
             prop_assert_eq!(dynamic_divide_replicas(total + extra, &capacity), capacity);
         }
+    }
+
+    /// Numbers that break arithmetic: small ones, zero, any, and the limits.
+    fn edgy_i32() -> impl Strategy<Value = i32> {
+        prop_oneof![
+            4 => 0..100_i32,
+            2 => any::<i32>(),
+            1 => Just(0),
+            1 => Just(i32::MAX),
+            1 => Just(i32::MIN),
+            1 => i32::MAX - 10..=i32::MAX,
+        ]
+    }
+
+    fn edgy_i64() -> impl Strategy<Value = i64> {
+        prop_oneof![
+            4 => 0..100_i64,
+            2 => any::<i64>(),
+            1 => Just(0),
+            1 => Just(i64::from(i32::MAX)),
+            1 => Just(i64::MAX),
+            1 => Just(i64::MIN),
+            1 => i64::MAX / 2..=i64::MAX,
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(crate::fuzz_support::config(crate::fuzz_support::DEFAULT_CASES))]
+
+        /// Static and Dynamic division with any replicas (0, negative, near the limits), any
+        /// weights and capacities: no overflow (debug builds panic on one), one share per
+        /// cluster, and all of the desired replicas handed out whenever that is possible.
+        #[test]
+        fn random_divisions_never_overflow(
+            desired in edgy_i32(),
+            weights in proptest::collection::vec(edgy_i64(), 0..8),
+            capacity in proptest::collection::vec(edgy_i32(), 0..8),
+        ) {
+            crate::fuzzing::check_divisions(
+                desired,
+                &weights,
+                &capacity,
+                static_divide_replicas(desired, &weights),
+                dynamic_divide_replicas(desired, &capacity),
+            );
+        }
+
+        /// The Static assigner with subscriber weights up to `i32::MAX` (several matching
+        /// the same cluster): no overflow, and every workload feed gets exactly its replicas.
+        #[test]
+        fn random_static_assignments_add_up(
+            weights in proptest::collection::vec(edgy_i32(), 1..5),
+            desired in prop_oneof![0..1_000_i32, Just(i32::MAX)],
+            clusters in 1..5_usize,
+        ) {
+            let spec = SubscriptionSpec {
+                scheduling_strategy: Some(SchedulingStrategy::Dividing),
+                dividing_scheduling: Some(DividingScheduling {
+                    type_: ReplicaDividingType::Static,
+                    dynamic_dividing: None,
+                }),
+                subscribers: weights
+                    .iter()
+                    .map(|&weight| Subscriber { weight, ..Default::default() })
+                    .collect(),
+                feeds: vec![deploy("f1")],
+                ..Default::default()
+            };
+            let sub = Subscription::new("sub", spec);
+            let inv = FeedInventory::new(
+                "sub",
+                FeedInventorySpec {
+                    feeds: vec![FeedOrder {
+                        feed: deploy("f1"),
+                        desired_replicas: Some(desired),
+                        ..Default::default()
+                    }],
+                },
+            );
+            let names: Vec<String> = (0..clusters).map(|i| format!("c{i}")).collect();
+            let managed: Vec<ManagedCluster> = names
+                .iter()
+                .map(|n| ManagedCluster::new(n, Default::default()))
+                .collect();
+            let refs: Vec<&ManagedCluster> = managed.iter().collect();
+            let avail = TargetClusters::new(names.clone(), BTreeMap::new());
+            let out = StaticAssigner
+                .assign(&CycleState::new(), &sub, &inv, &avail, &refs)
+                .expect("static assigns");
+            if weights.iter().any(|&w| w > 0) {
+                let got = &out.replicas[&deploy("f1").key()];
+                prop_assert_eq!(got.len(), clusters);
+                prop_assert_eq!(got.iter().map(|&x| i64::from(x)).sum::<i64>(), i64::from(desired));
+            }
+        }
+
+        /// The Dynamic assigner from any current assignment (sums near `i32::MAX` included) to
+        /// any desired count with any capacities: no overflow; and from a sane state (no
+        /// negative counts, totals within `i32`) Spread reaches exactly the desired replicas
+        /// whenever the capacity allows it.
+        #[test]
+        fn random_dynamic_assignments_add_up(
+            current in proptest::collection::vec(edgy_i32(), 0..4),
+            capacity in proptest::collection::vec(edgy_i32(), 1..4),
+            desired in edgy_i32(),
+            spread in prop::bool::weighted(0.8),
+        ) {
+            let bound: Vec<String> = (0..current.len()).map(|i| format!("c{i}")).collect();
+            let avail_names: Vec<String> = (0..capacity.len()).map(|i| format!("c{}", i + 1)).collect();
+            let mut sub = template();
+            if let Some(d) = sub.spec.dividing_scheduling.as_mut() {
+                d.dynamic_dividing = Some(DynamicDividing {
+                    strategy: if spread {
+                        DynamicDividingStrategy::Spread
+                    } else {
+                        DynamicDividingStrategy::Binpack
+                    },
+                    ..Default::default()
+                });
+            }
+            sub.spec.feeds = vec![deploy("f1")];
+            sub.status = Some(SubscriptionStatus {
+                binding_clusters: bound.clone(),
+                replicas: if current.is_empty() {
+                    BTreeMap::new()
+                } else {
+                    BTreeMap::from([(deploy("f1").key(), current.clone())])
+                },
+                ..Default::default()
+            });
+            let inv = FeedInventory::new(
+                "sub",
+                FeedInventorySpec {
+                    feeds: vec![FeedOrder {
+                        feed: deploy("f1"),
+                        desired_replicas: Some(desired),
+                        ..Default::default()
+                    }],
+                },
+            );
+            let avail = TargetClusters::new(
+                avail_names,
+                BTreeMap::from([(deploy("f1").key(), capacity.clone())]),
+            );
+            let out = run_dynamic(&sub, &inv, &avail);
+            let assigned: i64 = current.iter().map(|&x| i64::from(x)).sum();
+            let cap: i64 = capacity.iter().map(|&x| i64::from(x)).sum();
+            let sane = current.iter().all(|&x| x >= 0)
+                && capacity.iter().all(|&x| x >= 0)
+                && desired >= 0
+                && i32::try_from(assigned).is_ok()
+                && i32::try_from(cap).is_ok();
+            let deviation = i64::from(desired) - assigned;
+            if sane && spread && (deviation <= 0 || (cap > 0 && deviation <= cap)) {
+                let total: i64 = out.replicas[&deploy("f1").key()].iter().map(|&x| i64::from(x)).sum();
+                prop_assert_eq!(total, i64::from(desired), "{:?}", out);
+            }
+        }
+    }
+
+    /// Found by `random_static_assignments_add_up`: two subscribers of weight `i32::MAX`
+    /// matching the same cluster give it weight 2^32, and `w * D` overflowed `i64` for a
+    /// Subscription asking for `i32::MAX` replicas (a debug build panicked, a release build
+    /// handed out garbage).
+    #[test]
+    fn huge_static_weights_do_not_overflow() {
+        let w = 2 * i64::from(i32::MAX);
+        assert_eq!(
+            static_divide_replicas(i32::MAX, &[w, w])
+                .iter()
+                .map(|&x| i64::from(x))
+                .sum::<i64>(),
+            i64::from(i32::MAX)
+        );
+        assert_eq!(static_divide_replicas(7, &[i64::MAX, i64::MAX]), [4, 3]);
+    }
+
+    /// Found by `random_dynamic_assignments_add_up`: a current assignment summing past
+    /// `i32::MAX` (the status is written back by anyone with access to it) wraps the deviation
+    /// to a positive number, and adding the new shares to the current ones overflowed `i32`.
+    #[test]
+    fn overflowing_current_assignment_does_not_overflow_the_merge() {
+        let mut sub = template();
+        sub.spec.feeds = vec![deploy("f1")];
+        sub.status = Some(SubscriptionStatus {
+            binding_clusters: strings(&["c1", "c2"]),
+            replicas: BTreeMap::from([(deploy("f1").key(), vec![i32::MAX, i32::MAX])]),
+            ..Default::default()
+        });
+        let inv = FeedInventory::new(
+            "sub",
+            FeedInventorySpec {
+                feeds: vec![FeedOrder {
+                    feed: deploy("f1"),
+                    desired_replicas: Some(3),
+                    ..Default::default()
+                }],
+            },
+        );
+        let avail = TargetClusters::new(
+            strings(&["c1", "c2"]),
+            BTreeMap::from([(deploy("f1").key(), vec![10, 10])]),
+        );
+        let out = run_dynamic(&sub, &inv, &avail);
+        assert_eq!(out.replicas[&deploy("f1").key()], [i32::MAX, i32::MAX]);
     }
 }
