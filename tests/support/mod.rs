@@ -1575,13 +1575,8 @@ pub async fn divided_over_three(env: &TestEnv, id: &str, prefix: &str, grace_sec
 pub struct ChartRepo {
     pub url: String,
     pub dir: tempfile::TempDir,
-    server: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for ChartRepo {
-    fn drop(&mut self) {
-        self.server.abort();
-    }
+    /// Dropping it stops the server.
+    _stop: tokio::sync::oneshot::Sender<()>,
 }
 
 /// `helm package tests/charts/<chart> --version <v>` into `dir`; the package's path.
@@ -1609,9 +1604,11 @@ pub async fn chart_repo(
 ) -> ChartRepo {
     use base64::Engine;
     use http_body_util::Full;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("binding the chart repository");
+    let listener =
+        std::net::TcpListener::bind("127.0.0.1:0").expect("binding the chart repository");
+    listener
+        .set_nonblocking(true)
+        .expect("a non-blocking listener");
     let port = listener.local_addr().expect("its address").port();
     let url = format!("http://127.0.0.1:{port}");
     let dir = tempfile::tempdir().expect("a directory for the chart repository");
@@ -1632,7 +1629,10 @@ pub async fn chart_repo(
             base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"))
         )
     });
-    let server = tokio::spawn(async move {
+    let serve = async move {
+        let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+            return;
+        };
         loop {
             let Ok((stream, _)) = listener.accept().await else {
                 return;
@@ -1679,8 +1679,29 @@ pub async fn chart_repo(
                     .await;
             });
         }
+    };
+    // its own thread and runtime: a test whose runtime is busy in a blocking call (a helm or
+    // kubectl command) must not stall the repository the controller is downloading from
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    std::thread::spawn(move || {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        rt.block_on(async move {
+            tokio::select! {
+                _ = serve => {}
+                _ = stopped => {}
+            }
+        });
     });
-    ChartRepo { url, dir, server }
+    ChartRepo {
+        url,
+        dir,
+        _stop: stop,
+    }
 }
 
 /// A real OCI registry (the CNCF distribution registry, built by `tests/env/k8s-bin.sh`) on
