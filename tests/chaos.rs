@@ -30,7 +30,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use rand::Rng;
 use rand::seq::IndexedRandom;
 use serde_json::json;
-use support::{Cluster, Clusternet, FaultProxy, TestEnv, TestNamespace, free_port, uid};
+use support::{Cluster, Clusternet, FaultProxy, Link, TestEnv, TestNamespace, free_port, uid};
 
 /// One case at a time: each owns the parent's leader Leases and kills processes.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -92,6 +92,30 @@ impl Parent {
         let p = Clusternet::start("chaos-parent", &args);
         self.logs.push(p.log.clone());
         self.process = Some(p);
+    }
+
+    /// Waits until this process leads the scheduler and the controller roles.
+    async fn until_leading(&self) {
+        let process = self.process.as_ref().expect("a running parent");
+        support::wait_for(
+            "the first parent replica to lead",
+            Duration::from_secs(60),
+            || async {
+                let mut missing = Vec::new();
+                for role in ["scheduler", "controller"] {
+                    let line = format!("clusternet_leader_election_is_leader{{role=\"{role}\"}}");
+                    if process.metric(&line).await != Some(1.0) {
+                        missing.push(role);
+                    }
+                }
+                if missing.is_empty() {
+                    Ok(())
+                } else {
+                    Err(format!("not leading {missing:?} yet"))
+                }
+            },
+        )
+        .await;
     }
 
     /// SIGKILL: no shutdown hook runs, Leases stay held until they expire.
@@ -248,6 +272,22 @@ impl Load {
             );
         }
         out
+    }
+
+    /// Waits until the parent's API server serves this load's objects again (after a restart).
+    async fn until_answering(&self) {
+        support::wait_for(
+            "the parent's API server to answer again",
+            Duration::from_secs(90),
+            || async {
+                self.subs
+                    .list(&ListParams::default().limit(1))
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            },
+        )
+        .await;
     }
 
     /// While the fault lasts, users go on: `k` feeds change and `k` Subscriptions are deleted.
@@ -540,6 +580,16 @@ enum Fault {
     KillAgent(usize, Duration),
     /// child3's link to the parent cut for this long.
     Partition(Duration),
+    /// kill -9 of one of the environment's processes (`parent-kube-apiserver`, or `etcd` under all
+    /// four control planes), started again after the delay.
+    KillComponent(&'static str, Duration),
+    /// Two replicas of the parent with leader election; kill -9 of the one leading every role:
+    /// the standby takes over.
+    KillLeader,
+    /// child3's link held silent this long: connections stay open, no byte moves.
+    Stall(Duration),
+    /// child3's link this long slow (every chunk 300 ms late), every connection reset each 5 s.
+    Flaky(Duration),
 }
 
 async fn run_case(case: &str, fault: Fault) {
@@ -548,7 +598,7 @@ async fn run_case(case: &str, fault: Fault) {
     env.install_crds();
     let id = uid();
     let proxy = match fault {
-        Fault::Partition(_) => {
+        Fault::Partition(_) | Fault::Stall(_) | Fault::Flaky(_) => {
             Some(FaultProxy::start(support::kubeconfig_server(&env.parent_kubeconfig())).await)
         }
         _ => None,
@@ -560,6 +610,13 @@ async fn run_case(case: &str, fault: Fault) {
             Parent::start(env, "scheduler"),
             Parent::start(env, "controller"),
         ],
+        Fault::KillLeader => {
+            // the first leads every role before the second (which the aggregator then points
+            // at) starts, so the one killed is the leader and the hub the agents reach lives on
+            let first = Parent::start(env, "hub,scheduler,controller");
+            first.until_leading().await;
+            vec![first, Parent::start(env, "hub,scheduler,controller")]
+        }
         _ => vec![Parent::start(env, "hub,scheduler,controller")],
     };
     let mut clusters = fleet(env, &id, proxy.as_ref()).await;
@@ -599,6 +656,41 @@ async fn run_case(case: &str, fault: Fault) {
             proxy.cut();
             load.churn(n / 10 + 1).await;
             tokio::time::sleep(length).await;
+            proxy.restore();
+            Instant::now()
+        }
+        Fault::KillComponent(name, delay) => {
+            let killed = env.kill_component(name);
+            tokio::time::sleep(delay).await;
+            env.start_component(killed);
+            // the fault ends when the parent answers again; users go on from there
+            load.until_answering().await;
+            let ended = Instant::now();
+            load.churn(n / 10 + 1).await;
+            ended
+        }
+        Fault::KillLeader => {
+            parents[0].kill();
+            load.churn(n / 10 + 1).await;
+            Instant::now()
+        }
+        Fault::Stall(length) => {
+            let proxy = proxy.as_ref().expect("the fault proxy");
+            proxy.set(Link::Stall);
+            load.churn(n / 10 + 1).await;
+            tokio::time::sleep(length).await;
+            proxy.restore();
+            Instant::now()
+        }
+        Fault::Flaky(length) => {
+            let proxy = proxy.as_ref().expect("the fault proxy");
+            proxy.set(Link::Slow(Duration::from_millis(300)));
+            load.churn(n / 10 + 1).await;
+            let until = Instant::now() + length;
+            while Instant::now() < until {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                proxy.reset_all();
+            }
             proxy.restore();
             Instant::now()
         }
@@ -711,6 +803,52 @@ async fn chaos_child_cut_off_for_2_minutes() {
     run_case(
         "child cut off from the parent 2 min",
         Fault::Partition(Duration::from_secs(120)),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "long: just chaos"]
+async fn chaos_parent_kube_apiserver_killed_restarted_after_10s() {
+    run_case(
+        "kill -9 parent kube-apiserver, restart after 10 s",
+        Fault::KillComponent("parent-kube-apiserver", Duration::from_secs(10)),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "long: just chaos"]
+async fn chaos_etcd_killed_restarted_after_10s() {
+    run_case(
+        "kill -9 etcd (all control planes), restart after 10 s",
+        Fault::KillComponent("etcd", Duration::from_secs(10)),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "long: just chaos"]
+async fn chaos_leader_killed_standby_takes_over() {
+    run_case("2 parent replicas, kill -9 the leader", Fault::KillLeader).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "long: just chaos"]
+async fn chaos_child_link_stalled_for_30s() {
+    run_case(
+        "child's link stalled (silent) 30 s",
+        Fault::Stall(Duration::from_secs(30)),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "long: just chaos"]
+async fn chaos_child_link_slow_and_resetting_for_60s() {
+    run_case(
+        "child's link slow (300 ms) + resets every 5 s, 60 s",
+        Fault::Flaky(Duration::from_secs(60)),
     )
     .await;
 }

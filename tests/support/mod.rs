@@ -1288,14 +1288,117 @@ pub async fn wait_app_removed(child: &kube::Client, appns: &str) {
     .await;
 }
 
+// ---- the environment's own processes, killed and started again ----
+
+/// A process of the test environment (`etcd`, `parent-kube-apiserver`, ...) as it was started:
+/// what [`TestEnv::kill_component`] keeps to start it again.
+pub struct Component {
+    name: String,
+    exe: PathBuf,
+    argv: Vec<std::ffi::OsString>,
+    envs: Vec<(std::ffi::OsString, std::ffi::OsString)>,
+    cwd: PathBuf,
+}
+
+impl TestEnv {
+    /// kill -9 of one of env-up.sh's processes by its pid file's name, keeping its command line,
+    /// environment and directory (read from /proc) to start it again.
+    pub fn kill_component(&self, name: &str) -> Component {
+        use std::os::unix::ffi::OsStrExt;
+        let pid_file = self.dir.join("pids").join(format!("{name}.pid"));
+        let pid = std::fs::read_to_string(&pid_file)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", pid_file.display()));
+        let pid = pid.trim();
+        let proc = PathBuf::from("/proc").join(pid);
+        let split = |bytes: Vec<u8>| -> Vec<std::ffi::OsString> {
+            bytes
+                .split(|b| *b == 0)
+                .filter(|part| !part.is_empty())
+                .map(|part| std::ffi::OsStr::from_bytes(part).to_os_string())
+                .collect()
+        };
+        let argv = split(std::fs::read(proc.join("cmdline")).expect("the component's cmdline"));
+        let envs = split(std::fs::read(proc.join("environ")).unwrap_or_default())
+            .into_iter()
+            .filter_map(|kv| {
+                let kv = kv.as_bytes();
+                let eq = kv.iter().position(|b| *b == b'=')?;
+                Some((
+                    std::ffi::OsStr::from_bytes(&kv[..eq]).to_os_string(),
+                    std::ffi::OsStr::from_bytes(&kv[eq + 1..]).to_os_string(),
+                ))
+            })
+            .collect();
+        let cwd = std::fs::read_link(proc.join("cwd")).unwrap_or_else(|_| self.dir.clone());
+        let exe = std::fs::read_link(proc.join("exe")).expect("the component's executable");
+        assert!(!argv.is_empty(), "{name} (pid {pid}) is not running");
+        let _ = Command::new("kill").args(["-9", pid]).status();
+        // gone for real before anyone counts on it: its port must be free to bind again
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while proc.exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Component {
+            name: name.to_string(),
+            exe,
+            argv,
+            envs,
+            cwd,
+        }
+    }
+
+    /// Starts a killed component again as it was, logging to its old log; its pid file follows,
+    /// so env-down.sh stops the new process.
+    pub fn start_component(&self, c: Component) {
+        use std::os::unix::process::CommandExt;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("logs").join(format!("{}.log", c.name)))
+            .expect("the component's log");
+        let child = Command::new(&c.exe)
+            .args(&c.argv[1..])
+            .env_clear()
+            .envs(c.envs)
+            .current_dir(c.cwd)
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone().expect("log handle"))
+            .stderr(log)
+            // its own process group: a test's end does not take it along
+            .process_group(0)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {} again: {e}", c.name));
+        std::fs::write(
+            self.dir.join("pids").join(format!("{}.pid", c.name)),
+            child.id().to_string(),
+        )
+        .expect("writing the pid file");
+    }
+}
+
 // ---- a TCP fault proxy between a process and an API server ----
 
-/// A loopback TCP proxy in front of `target` that can cut the link: while cut, open connections
-/// are reset and new ones closed at once, as when a child's API server stalls or its network
-/// drops, while everything else (the parent) stays reachable.
+/// What a [`FaultProxy`] does to the bytes it carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Link {
+    /// Bytes pass.
+    Up,
+    /// Open connections are reset and new ones closed at once: a link that drops loudly.
+    Cut,
+    /// Connections stay open (and new ones are accepted) but no byte moves until the link is up
+    /// again: a silent partition, noticed only by the ends' own timeouts.
+    Stall,
+    /// Every chunk waits this long before it goes on: a slow, high-latency link.
+    Slow(Duration),
+}
+
+/// A loopback TCP proxy in front of `target` whose link can be cut, stalled, slowed or reset
+/// (issue #21's userspace fault proxy; `tc netem` is not in this kernel), as when a child's
+/// network drops or crawls while everything else stays reachable.
 pub struct FaultProxy {
     pub port: u16,
-    cut: tokio::sync::watch::Sender<bool>,
+    /// The link's mode and a reset generation: bumping it resets every open connection.
+    link: tokio::sync::watch::Sender<(Link, u64)>,
 }
 
 impl FaultProxy {
@@ -1304,34 +1407,96 @@ impl FaultProxy {
             .await
             .expect("binding the fault proxy");
         let port = listener.local_addr().expect("proxy address").port();
-        let (cut, watch) = tokio::sync::watch::channel(false);
+        let (link, watch) = tokio::sync::watch::channel((Link::Up, 0u64));
         tokio::spawn(async move {
-            while let Ok((mut inbound, _)) = listener.accept().await {
-                let mut cut_now = watch.clone();
-                if *cut_now.borrow() {
+            while let Ok((inbound, _)) = listener.accept().await {
+                let (mode, generation) = *watch.borrow();
+                if mode == Link::Cut {
                     drop(inbound);
                     continue;
                 }
-                tokio::spawn(async move {
-                    let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await else {
-                        return;
-                    };
-                    tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
-                        _ = cut_now.wait_for(|c| *c) => {}
-                    }
-                });
+                tokio::spawn(Self::carry(inbound, target, watch.clone(), generation));
             }
         });
-        FaultProxy { port, cut }
+        FaultProxy { port, link }
+    }
+
+    /// One connection, until either end closes, the link is cut or a reset is asked for.
+    async fn carry(
+        mut inbound: tokio::net::TcpStream,
+        target: std::net::SocketAddr,
+        mut link: tokio::sync::watch::Receiver<(Link, u64)>,
+        generation: u64,
+    ) {
+        let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await else {
+            return;
+        };
+        let broken = {
+            let (ri, wi) = inbound.split();
+            let (ro, wo) = outbound.split();
+            tokio::select! {
+                _ = Self::pump(ri, wo, link.clone()) => false,
+                _ = Self::pump(ro, wi, link.clone()) => false,
+                _ = link.wait_for(|(mode, g)| *mode == Link::Cut || *g != generation) => true,
+            }
+        };
+        if broken {
+            // SO_LINGER 0: the close is a TCP reset, not an orderly FIN
+            let _ = inbound.set_zero_linger();
+            let _ = outbound.set_zero_linger();
+        }
+    }
+
+    /// Copies one direction, holding each chunk as long as the link says.
+    async fn pump(
+        mut from: tokio::net::tcp::ReadHalf<'_>,
+        mut to: tokio::net::tcp::WriteHalf<'_>,
+        mut link: tokio::sync::watch::Receiver<(Link, u64)>,
+    ) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            let n = match from.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            loop {
+                let mode = link.borrow_and_update().0;
+                match mode {
+                    Link::Up => break,
+                    Link::Slow(delay) => {
+                        tokio::time::sleep(delay).await;
+                        break;
+                    }
+                    Link::Stall => {
+                        if link.changed().await.is_err() {
+                            return;
+                        }
+                    }
+                    Link::Cut => return,
+                }
+            }
+            if to.write_all(&buf[..n]).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    pub fn set(&self, mode: Link) {
+        self.link.send_modify(|(m, _)| *m = mode);
     }
 
     pub fn cut(&self) {
-        let _ = self.cut.send(true);
+        self.set(Link::Cut);
     }
 
     pub fn restore(&self) {
-        let _ = self.cut.send(false);
+        self.set(Link::Up);
+    }
+
+    /// Resets every open connection (new ones are carried as the link's mode says).
+    pub fn reset_all(&self) {
+        self.link.send_modify(|(_, g)| *g += 1);
     }
 
     /// A copy of `kubeconfig` whose server goes through this proxy (the API server's certificate
