@@ -23,7 +23,13 @@ pub fn rewrite_path(prefix: &str, path_and_query: &str) -> String {
         Some((path, query)) => (path, Some(query)),
         None => (path_and_query, None),
     };
-    let prefix = prefix.trim_end_matches('/');
+    // A URL path ends at `?`: a prefix with one (no parsed host URL has it, but the function
+    // takes any text) would move the query into the path.
+    let prefix = prefix
+        .split(['?', '#'])
+        .next()
+        .unwrap_or_default()
+        .trim_end_matches('/');
     let relative = if prefix.is_empty() {
         path.to_string()
     } else {
@@ -160,6 +166,18 @@ mod tests {
                 "prefix {prefix:?} request {request}"
             );
         }
+    }
+
+    /// Found by libFuzzer (plugin_urls): a prefix holding `?` put a second query into the path.
+    #[test]
+    fn a_prefix_with_a_question_mark_never_changes_the_query() {
+        let path = "/apis/apps/v1/deployments?watch=true";
+        let rewritten = rewrite_path("?c1", path);
+        assert_eq!(rewritten, "/apis/shadow/v1alpha1/deployments?watch=true");
+        crate::fuzzing::check_rewrite(path, &rewritten);
+        crate::fuzzing::plugin_urls(include_bytes!(
+            "../../fuzz/corpus/plugin_urls/regression-prefix-with-question-mark"
+        ));
     }
 
     #[test]
