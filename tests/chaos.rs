@@ -30,7 +30,9 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use rand::Rng;
 use rand::seq::IndexedRandom;
 use serde_json::json;
-use support::{Cluster, Clusternet, FaultProxy, Link, TestEnv, TestNamespace, free_port, uid};
+use support::{
+    Cluster, Clusternet, FaultProxy, Link, Netns, TestEnv, TestNamespace, free_port, uid,
+};
 
 /// One case at a time: each owns the parent's leader Leases and kills processes.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -524,23 +526,46 @@ impl Load {
 }
 
 /// Three children: child1 Pull, child2 Push, child3 Pull, each labelled `chaos=<id>`.
-/// `via_proxy` sends child3's agent to the parent through a fault proxy (the partition cases).
-async fn fleet(env: &TestEnv, id: &str, via_proxy: Option<&FaultProxy>) -> Vec<Cluster> {
+/// `via_proxy` sends child3's agent to the parent through a fault proxy, `netns` runs it in a
+/// network namespace of its own (the partition cases).
+async fn fleet(
+    env: &TestEnv,
+    id: &str,
+    via_proxy: Option<&FaultProxy>,
+    netns: Option<&Netns>,
+) -> Vec<Cluster> {
     let label = format!("chaos={id}");
     let mut out = Vec::new();
     for (i, mode) in [(1, "Pull"), (2, "Push"), (3, "Pull")] {
         let mut extra = Vec::new();
-        if i == 3
-            && let Some(proxy) = via_proxy
-        {
-            extra.push(format!(
-                "--cluster-reg-parent-url=https://127.0.0.1:{}",
-                proxy.port
-            ));
+        let mut in_ns = None;
+        if i == 3 {
+            if let Some(proxy) = via_proxy {
+                extra.push(format!(
+                    "--cluster-reg-parent-url=https://127.0.0.1:{}",
+                    proxy.port
+                ));
+            }
+            if let Some(ns) = netns {
+                let kubeconfig = env.dir.join(format!("{}-child3.kubeconfig", ns.name));
+                ns.child_kubeconfig(&env.child_kubeconfig(3), &kubeconfig);
+                extra.push(format!("--cluster-reg-parent-url={}", ns.parent_url()));
+                extra.push(format!("--kubeconfig={}", kubeconfig.display()));
+                in_ns = Some(ns.name.as_str());
+            }
         }
         let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
         out.extend(
-            support::register_with(env, &format!("{id}{i}"), &[i], mode, &[&label], &extra).await,
+            support::register_in(
+                env,
+                &format!("{id}{i}"),
+                &[i],
+                mode,
+                &[&label],
+                &extra,
+                in_ns,
+            )
+            .await,
         );
     }
     out
@@ -590,6 +615,9 @@ enum Fault {
     Stall(Duration),
     /// child3's link this long slow (every chunk 300 ms late), every connection reset each 5 s.
     Flaky(Duration),
+    /// child3's agent in its own network namespace, every packet to and from the parent dropped
+    /// by nftables for this long (its own API server stays reachable).
+    NetnsPartition(Duration),
 }
 
 async fn run_case(case: &str, fault: Fault) {
@@ -601,6 +629,17 @@ async fn run_case(case: &str, fault: Fault) {
         Fault::Partition(_) | Fault::Stall(_) | Fault::Flaky(_) => {
             Some(FaultProxy::start(support::kubeconfig_server(&env.parent_kubeconfig())).await)
         }
+        _ => None,
+    };
+    let netns = match fault {
+        Fault::NetnsPartition(_) => Some(
+            Netns::create(
+                &id,
+                support::kubeconfig_server(&env.parent_kubeconfig()),
+                support::kubeconfig_server(&env.child_kubeconfig(3)),
+            )
+            .await,
+        ),
         _ => None,
     };
     // a split parent is two processes; every other case runs all parent roles in one
@@ -619,7 +658,7 @@ async fn run_case(case: &str, fault: Fault) {
         }
         _ => vec![Parent::start(env, "hub,scheduler,controller")],
     };
-    let mut clusters = fleet(env, &id, proxy.as_ref()).await;
+    let mut clusters = fleet(env, &id, proxy.as_ref(), netns.as_ref()).await;
     let n = load_size();
     let mut load = Load::start(env, &id, &clusters, n).await;
     let total = n * clusters.len();
@@ -669,6 +708,14 @@ async fn run_case(case: &str, fault: Fault) {
             load.churn(n / 10 + 1).await;
             ended
         }
+        Fault::NetnsPartition(length) => {
+            let ns = netns.as_ref().expect("the network namespace");
+            ns.partition();
+            load.churn(n / 10 + 1).await;
+            tokio::time::sleep(length).await;
+            ns.heal();
+            Instant::now()
+        }
         Fault::KillLeader => {
             parents[0].kill();
             load.churn(n / 10 + 1).await;
@@ -706,6 +753,7 @@ async fn run_case(case: &str, fault: Fault) {
     load.cleanup(&clusters).await;
     drop(clusters);
     drop(parents);
+    drop(netns);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -849,6 +897,16 @@ async fn chaos_child_link_slow_and_resetting_for_60s() {
     run_case(
         "child's link slow (300 ms) + resets every 5 s, 60 s",
         Fault::Flaky(Duration::from_secs(60)),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "long: just chaos (needs root, iproute2 and nftables)"]
+async fn chaos_child_partitioned_by_nftables_for_2_minutes() {
+    run_case(
+        "child in its own netns, nftables drops the parent 2 min",
+        Fault::NetnsPartition(Duration::from_secs(120)),
     )
     .await;
 }

@@ -70,8 +70,9 @@ pki() { # dir
     rm -f "$d/$name.csr" "$d/$name.ext"; }
   ca ca kube-test-ca
   ca front-proxy-ca kube-test-front-proxy-ca
+  # 10.231.0.1: the host end of the network namespace a test may put a child agent in (tests/support Netns)
   leaf apiserver "/CN=kube-apiserver" ca serverAuth \
-    "IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:10.0.0.1"
+    "IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:10.0.0.1,IP:10.231.0.1"
   leaf admin "/O=system:masters/CN=kubernetes-admin" ca clientAuth
   leaf kcm "/CN=system:kube-controller-manager" ca clientAuth
   leaf scheduler "/CN=system:kube-scheduler" ca clientAuth

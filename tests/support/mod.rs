@@ -329,6 +329,16 @@ impl Clusternet {
     }
 
     pub fn start_with_env(name: &str, args: &[&str], envs: &[(&str, &str)]) -> Clusternet {
+        Self::spawn(name, args, envs, None)
+    }
+
+    /// Like [`start`](Self::start), inside network namespace `netns` (`ip netns exec` execs the
+    /// binary, so the pid is its own and [`kill`](Self::kill) reaches it).
+    pub fn start_in_netns(name: &str, netns: &str, args: &[&str]) -> Clusternet {
+        Self::spawn(name, args, &[], Some(netns))
+    }
+
+    fn spawn(name: &str, args: &[&str], envs: &[(&str, &str)], netns: Option<&str>) -> Clusternet {
         let env = TestEnv::get();
         let health_port = free_port();
         let log = env.dir.join("logs").join(format!(
@@ -340,8 +350,20 @@ impl Clusternet {
             .into_iter()
             .chain(envs.iter().copied())
             .collect();
-        let child = Launcher::get()
-            .command(&envs)
+        let mut command = match netns {
+            None => Launcher::get().command(&envs),
+            Some(ns) => {
+                assert!(
+                    !Launcher::get().in_image(),
+                    "no network namespaces for processes in the image"
+                );
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, env!("CARGO_BIN_EXE_clusternet")])
+                    .envs(envs.iter().copied());
+                c
+            }
+        };
+        let child = command
             .args(args)
             .arg(format!("--health-bind-address=127.0.0.1:{health_port}"))
             .stdout(file.try_clone().expect("log file handle"))
@@ -730,6 +752,8 @@ pub struct Cluster {
     pub args: Vec<String>,
     /// The logs of the agent's earlier runs (the current one is `agent.log`).
     pub old_logs: Vec<PathBuf>,
+    /// The network namespace the agent runs in, if not the test's own.
+    pub netns: Option<String>,
 }
 
 impl Cluster {
@@ -742,7 +766,11 @@ impl Cluster {
     pub fn start_agent(&mut self) {
         self.agent.kill();
         let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
-        let next = Clusternet::start(&format!("agent-{}", self.name), &args);
+        let name = format!("agent-{}", self.name);
+        let next = match &self.netns {
+            None => Clusternet::start(&name, &args),
+            Some(ns) => Clusternet::start_in_netns(&name, ns, &args),
+        };
         let old = std::mem::replace(&mut self.agent, next);
         self.old_logs.push(old.log.clone());
     }
@@ -822,6 +850,20 @@ pub async fn register_with(
     extra_labels: &[&str],
     extra_args: &[&str],
 ) -> Vec<Cluster> {
+    register_in(env, id, children, mode, extra_labels, extra_args, None).await
+}
+
+/// [`register_with`], the agents running in network namespace `netns` (pass the parent URL and
+/// the child's kubeconfig as seen from there in `extra_args`).
+pub async fn register_in(
+    env: &TestEnv,
+    id: &str,
+    children: &[usize],
+    mode: &str,
+    extra_labels: &[&str],
+    extra_args: &[&str],
+    netns: Option<&str>,
+) -> Vec<Cluster> {
     let parent = env.parent().await;
     let mut out = Vec::new();
     for (n, &i) in children.iter().enumerate() {
@@ -850,7 +892,11 @@ pub async fn register_with(
             .collect::<Vec<_>>(),
         );
         let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        let agent = Clusternet::start(&format!("agent-e2e-{id}-{n}"), &arg_refs);
+        let agent_name = format!("agent-e2e-{id}-{n}");
+        let agent = match netns {
+            None => Clusternet::start(&agent_name, &arg_refs),
+            Some(ns) => Clusternet::start_in_netns(&agent_name, ns, &arg_refs),
+        };
         let name = format!("e2e-{id}-{n}");
         let mc = wait_cluster_ready(
             &parent,
@@ -884,6 +930,7 @@ pub async fn register_with(
             name,
             args,
             old_logs: Vec::new(),
+            netns: netns.map(str::to_string),
         });
     }
     out
@@ -1356,7 +1403,7 @@ impl TestEnv {
             .append(true)
             .open(self.dir.join("logs").join(format!("{}.log", c.name)))
             .expect("the component's log");
-        let child = Command::new(&c.exe)
+        let mut child = Command::new(&c.exe)
             .args(&c.argv[1..])
             .env_clear()
             .envs(c.envs)
@@ -1373,6 +1420,10 @@ impl TestEnv {
             child.id().to_string(),
         )
         .expect("writing the pid file");
+        // reaped when it ends (killed again, or by env-down.sh), not left a zombie
+        std::thread::spawn(move || {
+            let _ = child.wait();
+        });
     }
 }
 
@@ -1403,7 +1454,12 @@ pub struct FaultProxy {
 
 impl FaultProxy {
     pub async fn start(target: std::net::SocketAddr) -> FaultProxy {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        Self::start_on("127.0.0.1", target).await
+    }
+
+    /// A proxy listening on `ip` (any free port), for example a veth address.
+    pub async fn start_on(ip: &str, target: std::net::SocketAddr) -> FaultProxy {
+        let listener = tokio::net::TcpListener::bind((ip, 0))
             .await
             .expect("binding the fault proxy");
         let port = listener.local_addr().expect("proxy address").port();
@@ -1509,6 +1565,177 @@ impl FaultProxy {
             &format!("server: https://127.0.0.1:{}", self.port),
         );
         std::fs::write(out, rewritten).expect("writing the proxied kubeconfig");
+    }
+}
+
+// ---- a child's side of the network in its own namespace, partitioned by nftables ----
+
+/// The root namespace's end of the veth pair; env-up.sh puts it in every API server's
+/// certificate, so a process in the namespace verifies the parent and its child at this address.
+pub const NETNS_HOST_IP: &str = "10.231.0.1";
+const NETNS_CHILD_IP: &str = "10.231.0.2";
+
+/// A network namespace joined to the root one by a veth pair, where a child's agent runs: it
+/// reaches the parent and its own child API server through relays on [`NETNS_HOST_IP`], and
+/// [`partition`](Self::partition) drops the parent's traffic in the kernel with nftables
+/// (silently: no reset, no FIN; the agent only finds out from its own timeouts) while the child's
+/// API server stays reachable, as when a child site loses its uplink. Removed on drop.
+pub struct Netns {
+    pub name: String,
+    veth: String,
+    /// Relay to the parent API server (the port the partition drops).
+    pub parent: FaultProxy,
+    /// Relay to the child's API server.
+    pub child: FaultProxy,
+}
+
+impl Netns {
+    /// Needs root, `ip` and `nft`; one at a time (the addresses are fixed).
+    pub async fn create(
+        tag: &str,
+        parent: std::net::SocketAddr,
+        child: std::net::SocketAddr,
+    ) -> Netns {
+        let name = format!("cn-{tag}");
+        let veth = "cnveth0".to_string();
+        // a run that crashed may have left its namespace and veth behind
+        let _ = Command::new("ip")
+            .args(["link", "del", &veth])
+            .stderr(std::process::Stdio::null())
+            .status();
+        for ns in std::fs::read_dir("/run/netns")
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let old = ns.file_name().to_string_lossy().to_string();
+            if old.starts_with("cn-") {
+                let _ = Command::new("ip").args(["netns", "del", &old]).status();
+            }
+        }
+        let peer = "cnveth1";
+        let host_cidr = format!("{NETNS_HOST_IP}/30");
+        let child_cidr = format!("{NETNS_CHILD_IP}/30");
+        let steps: Vec<Vec<&str>> = vec![
+            vec!["ip", "netns", "add", &name],
+            vec![
+                "ip", "link", "add", &veth, "type", "veth", "peer", "name", peer,
+            ],
+            vec!["ip", "link", "set", peer, "netns", &name],
+            vec!["ip", "addr", "add", &host_cidr, "dev", &veth],
+            vec!["ip", "link", "set", &veth, "up"],
+            vec![
+                "ip",
+                "netns",
+                "exec",
+                &name,
+                "ip",
+                "addr",
+                "add",
+                &child_cidr,
+                "dev",
+                peer,
+            ],
+            vec![
+                "ip", "netns", "exec", &name, "ip", "link", "set", peer, "up",
+            ],
+            vec![
+                "ip", "netns", "exec", &name, "ip", "link", "set", "lo", "up",
+            ],
+        ];
+        for step in steps {
+            let out = Command::new(step[0])
+                .args(&step[1..])
+                .output()
+                .unwrap_or_else(|e| panic!("{}: {e} (needs iproute2)", step.join(" ")));
+            assert!(
+                out.status.success(),
+                "{}: {} (network namespaces need root)",
+                step.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        let netns = Netns {
+            parent: FaultProxy::start_on(NETNS_HOST_IP, parent).await,
+            child: FaultProxy::start_on(NETNS_HOST_IP, child).await,
+            name,
+            veth,
+        };
+        netns.nft("add table inet clusternet_partition");
+        netns
+    }
+
+    fn nft(&self, rule: &str) {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.name, "nft"])
+            .args(rule.split(' '))
+            .output()
+            .unwrap_or_else(|e| panic!("nft {rule}: {e}"));
+        assert!(
+            out.status.success(),
+            "nft {rule}: {} (install nftables)",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+
+    /// The parent URL as seen from inside the namespace.
+    pub fn parent_url(&self) -> String {
+        format!("https://{NETNS_HOST_IP}:{}", self.parent.port)
+    }
+
+    /// A copy of the child's kubeconfig that reaches it from inside the namespace.
+    pub fn child_kubeconfig(&self, kubeconfig: &Path, out: &Path) {
+        let text = std::fs::read_to_string(kubeconfig).expect("reading the kubeconfig");
+        let server = kubeconfig_server(kubeconfig);
+        let rewritten = text.replace(
+            &format!("server: https://{server}"),
+            &format!("server: https://{NETNS_HOST_IP}:{}", self.child.port),
+        );
+        std::fs::write(out, rewritten).expect("writing the namespace's kubeconfig");
+    }
+
+    /// Drops every packet between the namespace and the parent's relay, both ways.
+    pub fn partition(&self) {
+        let port = self.parent.port;
+        self.nft(
+            "add chain inet clusternet_partition out { type filter hook output priority 0 ; policy accept ; }",
+        );
+        self.nft(
+            "add chain inet clusternet_partition in { type filter hook input priority 0 ; policy accept ; }",
+        );
+        self.nft(&format!(
+            "add rule inet clusternet_partition out ip daddr {NETNS_HOST_IP} tcp dport {port} drop"
+        ));
+        self.nft(&format!(
+            "add rule inet clusternet_partition in ip saddr {NETNS_HOST_IP} tcp sport {port} drop"
+        ));
+        // the rules hold: a connection from inside the namespace gets no answer at all
+        let reached = Command::new("ip")
+            .args(["netns", "exec", &self.name, "timeout", "2", "bash", "-c"])
+            .arg(format!("exec 3<>/dev/tcp/{NETNS_HOST_IP}/{port}"))
+            .stderr(std::process::Stdio::null())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(true);
+        assert!(!reached, "the parent is still reachable from {}", self.name);
+    }
+
+    /// Takes the partition's rules away again.
+    pub fn heal(&self) {
+        self.nft("flush table inet clusternet_partition");
+        self.nft("delete chain inet clusternet_partition out");
+        self.nft("delete chain inet clusternet_partition in");
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.veth])
+            .status();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
     }
 }
 
