@@ -168,6 +168,21 @@ pub struct RunFlags {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub peer_token: Option<String>,
+    /// Hub: live agent tunnel sessions one cluster may hold at this hub; more are refused with
+    /// 429 (0: no limit)
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_tunnel_sessions_per_cluster: Option<usize>,
+    /// Hub: watches (shadow API and proxied into children) one user may hold open at this hub;
+    /// more are refused with 429 (0: no limit)
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_watches_per_user: Option<usize>,
+    /// Hub: close a proxied exec/attach/port-forward or streamed response after it moved no byte
+    /// for this long, e.g. 30m (0: never)
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proxy_idle_timeout: Option<String>,
 
     // --- scheduler ---
     /// Scheduler: scheduler profile file (upstream's scheduler --config)
@@ -339,6 +354,25 @@ mod tests {
         assert!(cfg.gate("FailOver"), "scheduler turns FailOver on");
         assert!(!cfg.gate("ShadowAPI"), "the flag turns ShadowAPI off");
         assert!(!cfg.gate("Deployer"), "no controller role");
+    }
+
+    #[test]
+    fn hub_limits_have_defaults_and_flags() {
+        let cfg = Config::load(RunFlags::default().layers()).expect("config loads");
+        assert_eq!(cfg.max_tunnel_sessions_per_cluster, 4);
+        assert_eq!(cfg.max_watches_per_user, 100);
+        assert_eq!(cfg.proxy_idle_timeout, Duration::from_secs(1800));
+        let cli = <Cli as clap::Parser>::try_parse_from([
+            "clusternet",
+            "--max-tunnel-sessions-per-cluster=2",
+            "--max-watches-per-user=0",
+            "--proxy-idle-timeout=1m30s",
+        ])
+        .expect("flags parse");
+        let cfg = Config::load(cli.run_flags().layers()).expect("config loads");
+        assert_eq!(cfg.max_tunnel_sessions_per_cluster, 2);
+        assert_eq!(cfg.max_watches_per_user, 0);
+        assert_eq!(cfg.proxy_idle_timeout, Duration::from_secs(90));
     }
 
     #[test]

@@ -122,6 +122,16 @@ pub struct Config {
     pub peer_advertise_address: Option<String>,
     pub peer_port: u16,
     pub peer_token: String,
+    /// Hub: live agent tunnel sessions one cluster may hold at this hub (0: no limit); more
+    /// upgrades are refused with 429 (issue #21).
+    pub max_tunnel_sessions_per_cluster: usize,
+    /// Hub: watches (shadow API and proxied into children) one user may hold open at this hub
+    /// (0: no limit); more are refused with 429.
+    pub max_watches_per_user: usize,
+    /// Hub: a proxied connection (exec/attach/port-forward, a streamed response) that moves no
+    /// byte for this long is closed (0: never).
+    #[serde(with = "go_duration")]
+    pub proxy_idle_timeout: Duration,
 
     pub scheduler_config: Option<String>,
 
@@ -214,6 +224,9 @@ impl Default for Config {
             peer_advertise_address: None,
             peer_port: 8123,
             peer_token: "Cheugy".to_string(),
+            max_tunnel_sessions_per_cluster: 4,
+            max_watches_per_user: 100,
+            proxy_idle_timeout: Duration::from_secs(30 * 60),
             scheduler_config: None,
             cluster_reg_parent_url: None,
             cluster_reg_token: None,

@@ -11,6 +11,7 @@ pub mod authz;
 pub mod body;
 pub mod dashboard;
 pub mod discovery;
+pub mod limits;
 pub mod peers;
 pub mod placement;
 pub mod proxies;
@@ -61,6 +62,8 @@ pub struct Hub {
     /// `placement.clusternet.io`: the placement what-if.
     pub placement: placement::PlacementApi,
     pub socket_connection: bool,
+    /// Open watches per user, capped by `--max-watches-per-user`.
+    pub watches: Arc<limits::WatchLimits>,
 }
 
 impl Hub {
@@ -130,6 +133,7 @@ pub async fn start(rt: &Runtime) -> Result<(Arc<Hub>, SocketAddr), HubError> {
         shadow,
         placement: placement::PlacementApi::new(rt),
         socket_connection: cfg.gate(known::SOCKET_CONNECTION),
+        watches: limits::WatchLimits::new(cfg.max_watches_per_user),
     });
     {
         // clusternet_tunnel_connected{cluster}: 1 while the cluster's agent holds a tunnel here

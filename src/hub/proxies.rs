@@ -2,7 +2,8 @@
 //! WebSocket upgrade is an agent's tunnel; `sockets/<cluster-id>/proxy/<path>` forwards any HTTP
 //! request (watches and exec/attach/port-forward upgrades included) into that child through the
 //! tunnel, with the caller's `clusternet-*` user extras turned into child credentials and
-//! impersonation headers.
+//! impersonation headers. The hub's limits (issue #21, `limits.rs`) apply here: live tunnel
+//! sessions per cluster, proxied watches per user, and the idle timeout of proxied connections.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use super::Hub;
 use super::authn::{UserInfo, is_identity_header};
 use super::authz::{Attributes, verb_for};
 use super::body::{HubBody, boxed, empty};
+use super::limits::{self, CopyEnd};
 use super::status::ApiError;
 use crate::apis::{ManagedCluster, known, proxies};
 
@@ -263,15 +265,23 @@ async fn tunnel(
             "sockets/<cluster-id> is the agents' tunnel: it needs a WebSocket upgrade",
         ));
     };
+    // the place is reserved before the 101, so a refusal is a plain answer the agent can read
+    // (it retries on its own backoff); an upgrade that never completes gives the place back
+    let slot = hub
+        .tunnels
+        .reserve(cluster_id, hub.rt.config.max_tunnel_sessions_per_cluster)
+        .map_err(|e| {
+            warn!(cluster_id, agent = %user.name, error = %e, "agent tunnel refused");
+            ApiError::too_many_requests(e.to_string(), limits::RETRY_AFTER_SECONDS)
+        })?;
     let on_upgrade = hyper::upgrade::on(&mut req);
-    let registry = hub.tunnels.clone();
     let id = cluster_id.to_string();
     let agent = user.name.clone();
     tokio::spawn(async move {
         match on_upgrade.await {
             Ok(upgraded) => {
                 info!(cluster_id = %id, %agent, "agent tunnel connected");
-                registry.serve(&id, TokioIo::new(upgraded)).await;
+                slot.serve(TokioIo::new(upgraded)).await;
                 info!(cluster_id = %id, "agent tunnel closed");
             }
             Err(e) => warn!(cluster_id = %id, error = %e, "agent tunnel upgrade failed"),
@@ -304,6 +314,16 @@ async fn proxy(
     let status = cluster.status.clone().unwrap_or_default();
     let target = target(proxy_path, &status.apiserver_url)?;
     let identity = child_identity(&user.extra)?;
+    let upgrade_requested = req.headers().contains_key(header::UPGRADE);
+    // a watch counts against its user until its response body is gone
+    let watch_guard = (!upgrade_requested
+        && limits::is_proxied_watch(&target.path, req.uri().query()))
+    .then(|| {
+        hub.watches
+            .acquire(&limits::watch_key(user, Some(&identity)), &user.name)
+    })
+    .transpose()?;
+    let idle = hub.rt.config.proxy_idle_timeout;
 
     // the tunnel when the agent holds one here, else through a peer hub whose replica holds it
     // (hub.md §2.6); a cluster that does not use sockets may be dialled directly from the hub
@@ -367,7 +387,6 @@ async fn proxy(
         stream
     };
 
-    let upgrade_requested = req.headers().contains_key(header::UPGRADE);
     let client_upgrade = upgrade_requested.then(|| hyper::upgrade::on(&mut req));
     let (parts, body) = req.into_parts();
     let path_and_query = match parts.uri.query() {
@@ -419,12 +438,24 @@ async fn proxy(
         && let Some(client_upgrade) = client_upgrade
     {
         let child_upgrade = hyper::upgrade::on(&mut resp);
+        let (cluster, authority) = (cluster_id.to_string(), target.authority.clone());
         tokio::spawn(async move {
             match (client_upgrade.await, child_upgrade.await) {
                 (Ok(client), Ok(child)) => {
                     let mut client = TokioIo::new(client);
                     let mut child = TokioIo::new(child);
-                    let _ = tokio::io::copy_bidirectional(&mut client, &mut child).await;
+                    match limits::copy_bidirectional_idle(&mut client, &mut child, idle).await {
+                        Ok(CopyEnd::Idle) => info!(
+                            cluster_id = %cluster,
+                            target = %authority,
+                            ?idle,
+                            "closed an idle proxied upgrade (--proxy-idle-timeout)"
+                        ),
+                        Ok(CopyEnd::Finished(..)) => {}
+                        Err(e) => {
+                            debug!(cluster_id = %cluster, error = %e, "proxied upgrade ended")
+                        }
+                    }
                 }
                 (c, p) => debug!(
                     client_ok = c.is_ok(),
@@ -438,7 +469,13 @@ async fn proxy(
     }
     let (mut parts, body) = resp.into_parts();
     strip_hop_by_hop(&mut parts.headers, false);
-    Ok(Response::from_parts(parts, boxed(body)))
+    let what = format!("{cluster_id} {}", target.authority);
+    let body = boxed(limits::IdleBody::new(boxed(body), idle, what));
+    let body = match watch_guard {
+        Some(guard) => limits::holding(body, guard),
+        None => body,
+    };
+    Ok(Response::from_parts(parts, body))
 }
 
 fn find_cluster(hub: &Hub, cluster_id: &str) -> Result<Arc<ManagedCluster>, ApiError> {

@@ -94,6 +94,13 @@ impl ApiError {
     pub fn unavailable(message: impl Into<String>) -> Self {
         Self::new(503, "ServiceUnavailable", message)
     }
+    /// 429 with `details.retryAfterSeconds`, which [`into_response`](Self::into_response) also
+    /// sends as `Retry-After` (as the API server's own `NewTooManyRequests` does).
+    pub fn too_many_requests(message: impl Into<String>, retry_after_seconds: u32) -> Self {
+        let mut e = Self::new(429, "TooManyRequests", message);
+        e.details = Some(json!({"retryAfterSeconds": retry_after_seconds}));
+        e
+    }
 
     /// The API server's own answer, passed through unchanged (dry-run validation errors).
     pub fn from_status(status: &kube::core::Status) -> Self {
@@ -150,6 +157,14 @@ impl ApiError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
+        if let Some(secs) = self
+            .details
+            .as_ref()
+            .and_then(|d| d["retryAfterSeconds"].as_u64())
+        {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
         resp
     }
 }
@@ -231,6 +246,18 @@ mod tests {
         assert_eq!(j["code"], 404);
         assert_eq!(j["reason"], "NotFound");
         assert_eq!(j["kind"], "Status");
+    }
+
+    #[test]
+    fn too_many_requests_says_when_to_retry() {
+        let resp = ApiError::too_many_requests("slow down", 5).into_response();
+        assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(resp.headers()[header::RETRY_AFTER], "5");
+        let e = ApiError::too_many_requests("slow down", 5).to_json();
+        assert_eq!(e["reason"], "TooManyRequests");
+        assert_eq!(e["details"]["retryAfterSeconds"], 5);
+        let plain = ApiError::unavailable("x").into_response();
+        assert!(!plain.headers().contains_key(header::RETRY_AFTER));
     }
 
     #[test]

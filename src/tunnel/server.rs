@@ -6,13 +6,17 @@
 //! connected. The proxy then dials child endpoints through [`SessionRegistry::get`]. Like
 //! remotedialer's session manager, several sessions per cluster may coexist (an agent that
 //! reconnects before the hub noticed the old socket die); dialing uses the oldest live one.
+//! How many may coexist is capped per cluster ([`SessionRegistry::reserve`], issue #21): the HTTP
+//! layer reserves a place before it answers the upgrade, so one cluster's credentials cannot pin
+//! an unbounded number of sockets on the hub.
 //!
-//! Metrics: `clusternet_socket_connections_count` (gauge of open agent sockets) and
-//! `clusternet_socket_connections_duration_seconds` (histogram of socket lifetimes).
+//! Metrics: `clusternet_socket_connections_count` (gauge of open agent sockets),
+//! `clusternet_socket_connections_duration_seconds` (histogram of socket lifetimes) and
+//! `clusternet_socket_connections_refused_total` (upgrades refused over the per-cluster cap).
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Mutex, MutexGuard};
-use std::time::Instant;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use async_tungstenite::WebSocketStream;
 use async_tungstenite::tokio::TokioAdapter;
@@ -22,7 +26,7 @@ use tokio::sync::watch;
 
 use super::peer::PeerSessions;
 
-use super::session::{Session, SessionHandle, SessionOptions, SessionRole};
+use super::session::{PING_INTERVAL, Session, SessionHandle, SessionOptions, SessionRole};
 
 /// Path prefix of the sockets subresource; the cluster ID follows it.
 pub const SOCKETS_PATH_PREFIX: &str = "/apis/proxies.clusternet.io/v1alpha1/sockets/";
@@ -31,6 +35,26 @@ pub const SOCKETS_PATH_PREFIX: &str = "/apis/proxies.clusternet.io/v1alpha1/sock
 pub const METRIC_CONNECTIONS_COUNT: &str = "clusternet_socket_connections_count";
 /// Histogram of agent socket lifetimes in seconds.
 pub const METRIC_CONNECTIONS_DURATION: &str = "clusternet_socket_connections_duration_seconds";
+/// Counter of tunnel upgrades refused because the cluster already had its cap of live sessions.
+pub const METRIC_CONNECTIONS_REFUSED: &str = "clusternet_socket_connections_refused_total";
+
+/// Silence after which a session no longer counts against its cluster's cap. Agents ping every
+/// [`PING_INTERVAL`] (5 s) and the session closes only after 60 s of silence
+/// ([`READ_TIMEOUT`](super::session::READ_TIMEOUT)), so after a network blip the agent's old
+/// socket can linger for a minute; three missed pings say its peer is gone, and the agent's
+/// reconnect must not be refused because of its own dead sockets.
+pub const STALE_AFTER: Duration = Duration::from_secs(3 * PING_INTERVAL.as_secs());
+
+/// A cluster already holds its cap of live sessions.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "cluster {cluster_id} already has {live} live tunnel sessions at this hub, the limit (--max-tunnel-sessions-per-cluster={max})"
+)]
+pub struct SessionLimitError {
+    pub cluster_id: String,
+    pub live: usize,
+    pub max: usize,
+}
 
 /// Why a sockets request path does not name a cluster.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -74,6 +98,8 @@ pub struct SessionRegistry {
     /// Bumped whenever an agent session comes or goes, so peer announcers can resend.
     changes: watch::Sender<u64>,
     peers: PeerSessions,
+    /// See [`STALE_AFTER`]; shorter in tests.
+    stale_after: Duration,
 }
 
 impl Default for SessionRegistry {
@@ -82,6 +108,7 @@ impl Default for SessionRegistry {
             inner: Mutex::default(),
             changes: watch::Sender::new(0),
             peers: PeerSessions::default(),
+            stale_after: STALE_AFTER,
         }
     }
 }
@@ -91,6 +118,8 @@ struct RegistryInner {
     next_session_key: u64,
     /// Oldest first, so `get` is stable while a reconnecting agent briefly has two sessions.
     sessions: HashMap<String, Vec<(u64, SessionHandle)>>,
+    /// Places reserved by upgrades that were answered but whose session has not started yet.
+    reserved: HashMap<String, usize>,
 }
 
 impl std::fmt::Debug for SessionRegistry {
@@ -128,8 +157,67 @@ impl SessionRegistry {
     where
         S: futures::io::AsyncRead + futures::io::AsyncWrite + Unpin + Send + 'static,
     {
+        self.run_session(cluster_id, ws, None).await;
+    }
+
+    /// Reserves a place for one more session of `cluster_id`, unless it already has `max` live
+    /// ones (sessions that are not closed and were heard from within [`STALE_AFTER`], plus places
+    /// reserved and not yet taken); `max` 0 is no limit. The HTTP layer calls this before it
+    /// answers the upgrade, so a refusal is a plain HTTP answer; the place is given back when
+    /// the slot is dropped unused.
+    pub fn reserve(
+        self: &Arc<Self>,
+        cluster_id: &str,
+        max: usize,
+    ) -> Result<SessionSlot, SessionLimitError> {
+        let mut inner = self.lock();
+        let live = self.live_in(&inner, cluster_id);
+        if max > 0 && live >= max {
+            metrics::counter!(METRIC_CONNECTIONS_REFUSED).increment(1);
+            return Err(SessionLimitError {
+                cluster_id: cluster_id.to_owned(),
+                live,
+                max,
+            });
+        }
+        *inner.reserved.entry(cluster_id.to_owned()).or_default() += 1;
+        Ok(SessionSlot {
+            registry: self.clone(),
+            cluster_id: cluster_id.to_owned(),
+            taken: false,
+        })
+    }
+
+    /// Live sessions of `cluster_id` plus reserved places (what [`reserve`](Self::reserve)
+    /// compares with its cap).
+    pub fn live_sessions(&self, cluster_id: &str) -> usize {
+        self.live_in(&self.lock(), cluster_id)
+    }
+
+    fn live_in(&self, inner: &RegistryInner, cluster_id: &str) -> usize {
+        let sessions = inner.sessions.get(cluster_id).map_or(0, |list| {
+            list.iter()
+                .filter(|(_, h)| !h.is_closed() && h.silent_for() < self.stale_after)
+                .count()
+        });
+        sessions + inner.reserved.get(cluster_id).copied().unwrap_or(0)
+    }
+
+    async fn run_session<S>(
+        &self,
+        cluster_id: &str,
+        ws: WebSocketStream<S>,
+        slot: Option<SessionSlot>,
+    ) where
+        S: futures::io::AsyncRead + futures::io::AsyncWrite + Unpin + Send + 'static,
+    {
         let registration = {
             let mut inner = self.lock();
+            if let Some(mut slot) = slot {
+                // the reserved place becomes the session under the same lock
+                release_reserved(&mut inner, cluster_id);
+                slot.taken = true;
+            }
             inner.next_session_key += 1;
             let session_key = inner.next_session_key;
             // Key as remotedialer's "<clientKey>/<sessionKey>" so error texts match.
@@ -224,6 +312,50 @@ impl SessionRegistry {
     }
 }
 
+fn release_reserved(inner: &mut RegistryInner, cluster_id: &str) {
+    if let Some(n) = inner.reserved.get_mut(cluster_id) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            inner.reserved.remove(cluster_id);
+        }
+    }
+}
+
+/// A place for one session of a cluster, from [`SessionRegistry::reserve`].
+pub struct SessionSlot {
+    registry: Arc<SessionRegistry>,
+    cluster_id: String,
+    taken: bool,
+}
+
+impl std::fmt::Debug for SessionSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionSlot")
+            .field("cluster_id", &self.cluster_id)
+            .finish()
+    }
+}
+
+impl SessionSlot {
+    /// Runs the session in this place, as [`SessionRegistry::serve`] does.
+    pub async fn serve<IO>(self, io: IO)
+    where
+        IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let ws = WebSocketStream::from_raw_socket(TokioAdapter::new(io), Role::Server, None).await;
+        let (registry, cluster_id) = (self.registry.clone(), self.cluster_id.clone());
+        registry.run_session(&cluster_id, ws, Some(self)).await;
+    }
+}
+
+impl Drop for SessionSlot {
+    fn drop(&mut self) {
+        if !self.taken {
+            release_reserved(&mut self.registry.lock(), &self.cluster_id);
+        }
+    }
+}
+
 /// Deregisters a session however `serve` ends, including when its future is dropped.
 struct Registration<'a> {
     registry: &'a SessionRegistry,
@@ -291,6 +423,71 @@ mod tests {
             websocket_accept_key(b"dGhlIHNhbXBsZSBub25jZQ=="),
             "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
         );
+    }
+
+    #[tokio::test]
+    async fn reserved_places_count_until_used_or_dropped() {
+        let registry = Arc::new(SessionRegistry::new());
+        let a = registry.reserve("c1", 2).expect("first place");
+        let _b = registry.reserve("c1", 2).expect("second place");
+        let refused = registry.reserve("c1", 2).expect_err("over the cap");
+        assert_eq!(
+            refused.to_string(),
+            "cluster c1 already has 2 live tunnel sessions at this hub, the limit (--max-tunnel-sessions-per-cluster=2)"
+        );
+        assert!(registry.reserve("c2", 2).is_ok(), "the cap is per cluster");
+        assert!(registry.reserve("c1", 0).is_ok(), "0 is no limit");
+        drop(a);
+        assert_eq!(registry.live_sessions("c1"), 1);
+        assert!(
+            registry.reserve("c1", 2).is_ok(),
+            "a dropped slot frees its place"
+        );
+    }
+
+    #[tokio::test]
+    async fn only_live_sessions_count_against_the_cap() {
+        let registry = Arc::new(SessionRegistry {
+            stale_after: Duration::from_millis(300),
+            ..SessionRegistry::default()
+        });
+        // an agent that pings, as every agent does
+        let (hub_io, agent_io) = tokio::io::duplex(64 * 1024);
+        let slot = registry.reserve("c1", 2).expect("place");
+        tokio::spawn(slot.serve(hub_io));
+        let agent_ws =
+            WebSocketStream::from_raw_socket(TokioAdapter::new(agent_io), Role::Client, None).await;
+        let mut options = SessionOptions::new(SessionRole::Client, "c1");
+        options.ping_interval = Duration::from_millis(50);
+        let _pinging = Session::spawn_with(agent_ws, options);
+        // a socket whose far end went away without a word (a blip): open, silent
+        let (hub_io, silent_io) = tokio::io::duplex(64 * 1024);
+        let slot = registry.reserve("c1", 2).expect("place");
+        tokio::spawn(slot.serve(hub_io));
+        assert!(
+            registry.reserve("c1", 2).is_err(),
+            "two fresh sessions fill the cap"
+        );
+
+        // the silent one stops counting once it missed three pings' worth of time, long before
+        // the session's own read timeout closes it
+        tokio::time::timeout(WAIT, async {
+            while registry.live_sessions("c1") > 1 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .expect("the silent session goes stale");
+        assert_eq!(registry.lock().sessions["c1"].len(), 2, "still registered");
+        let reconnect = registry.reserve("c1", 2).expect("the agent may reconnect");
+        drop(reconnect);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(
+            registry.live_sessions("c1"),
+            1,
+            "the pinging one stays live"
+        );
+        drop(silent_io);
     }
 
     #[tokio::test]

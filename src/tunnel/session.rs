@@ -29,10 +29,10 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker, ready};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_tungstenite::WebSocketStream;
 use async_tungstenite::tungstenite::Message as WsMessage;
@@ -320,6 +320,14 @@ impl SessionHandle {
     pub fn connection_count(&self) -> usize {
         self.shared.table().map.len()
     }
+
+    /// How long since the peer last sent anything (data, ping or pong), or since the session
+    /// started if it never did. An agent pings every [`PING_INTERVAL`], so a session silent for
+    /// several intervals has a dead peer even while [`READ_TIMEOUT`] has not yet closed it.
+    pub fn silent_for(&self) -> Duration {
+        let heard = Duration::from_millis(self.shared.last_heard_ms.load(Ordering::Relaxed));
+        self.shared.started.elapsed().saturating_sub(heard)
+    }
 }
 
 struct Shared {
@@ -341,6 +349,9 @@ struct Shared {
     stop: CancellationToken,
     /// The driver has finished and failed every connection.
     done: CancellationToken,
+    started: Instant,
+    /// When the peer last sent a frame, in milliseconds after `started`.
+    last_heard_ms: AtomicU64,
 }
 
 #[derive(Default)]
@@ -379,12 +390,19 @@ impl Shared {
             conn_id_step,
             stop: CancellationToken::new(),
             done: CancellationToken::new(),
+            started: Instant::now(),
+            last_heard_ms: AtomicU64::new(0),
         });
         (shared, data_rx, control_rx)
     }
 
     fn table(&self) -> MutexGuard<'_, ConnTable> {
         lock(&self.conns)
+    }
+
+    fn heard(&self) {
+        let ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_heard_ms.store(ms, Ordering::Relaxed);
     }
 
     fn register(&self, conn_id: i64) -> Option<Arc<Conn>> {
@@ -629,6 +647,7 @@ where
             None => return Ok(()),
             Some(msg) => msg?,
         };
+        shared.heard();
         match msg {
             WsMessage::Binary(bytes) => on_binary(shared, bytes, &options.dialer)?,
             WsMessage::Text(_) => return Err(TunnelError::UnexpectedText),
@@ -1477,6 +1496,24 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(2), silent.closed())
             .await
             .expect("read timeout ends the session");
+    }
+
+    #[tokio::test]
+    async fn silence_is_measured_from_the_last_frame() {
+        let server_opts = SessionOptions::new(SessionRole::Server, "s");
+        let mut client_opts = SessionOptions::new(SessionRole::Client, "c");
+        client_opts.ping_interval = Duration::from_millis(50);
+        let (server, _client) = pair_with(server_opts, client_opts).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(
+            server.silent_for() < Duration::from_millis(400),
+            "a pinging peer is heard: {:?}",
+            server.silent_for()
+        );
+        let (quiet, _peer) = raw_peer(SessionOptions::new(SessionRole::Server, "q")).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(quiet.silent_for() >= Duration::from_millis(300));
+        assert!(!quiet.is_closed(), "silent, yet not timed out");
     }
 
     /// A frame the session acts on: mostly well-formed messages for the connections a replay

@@ -376,13 +376,18 @@ pub async fn watch(
         hub.authz
             .authorize(user, shadow_attrs(req.method(), &target, true))
             .await?;
-        rest::watch(
+        // counted until the stream ends, however it ends: the body holds the guard
+        let guard = hub
+            .watches
+            .acquire(&super::limits::watch_key(user, None), &user.name)?;
+        let resp = rest::watch(
             api,
             &target,
             req.uri().query().unwrap_or_default(),
             req.headers(),
         )
-        .await
+        .await?;
+        Ok::<_, ApiError>(resp.map(|body| super::limits::holding(body, guard)))
     }
     .await;
     match result {
