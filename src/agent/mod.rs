@@ -1,7 +1,8 @@
 //! The agent: the only Clusternet process in a child cluster (docs/spec/agent.md). On the
 //! elected replica it registers the cluster with the parent, publishes the child's deployer
 //! credentials, and heartbeats the ManagedCluster status; when the parent stops accepting it
-//! (credentials revoked, cluster deleted) it says so and registers again.
+//! (credentials revoked, cluster deleted) or the stored credentials are rotated, it says so and
+//! registers again.
 
 pub mod credentials;
 pub mod deployer;
@@ -93,7 +94,13 @@ pub async fn lead(rt: &Runtime, lease_uid: &str, stop: CancellationToken) {
         if !nodes.ready_until(&stop).await {
             return;
         }
-        let ended = status::run(rt, &reg, nodes.store.clone(), predictor, &stop).await;
+        // rotated credentials end the round like rejected ones: the next one uses them
+        let ended = tokio::select! {
+            ended = status::run(rt, &reg, nodes.store.clone(), predictor, &stop) => ended,
+            () = registration::stored_credentials_changed(rt, &reg) => {
+                Err(status::HeartbeatEnd::CredentialsRotated)
+            }
+        };
         round.cancel();
         let _ = publisher.await;
         let _ = pull.await;

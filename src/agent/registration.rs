@@ -3,6 +3,15 @@
 //! bootstrap token, and once approved the dedicated credentials are stored in the child (Secret
 //! `parent-cluster`) and used from then on. Stored credentials are reused across restarts; when
 //! the parent stops accepting them the agent falls back to the bootstrap token.
+//!
+//! Rotation: upstream's agent reads `parent-cluster` once, when it starts leading
+//! (`registerSelfCluster` in pkg/agent/agent.go), and keeps that client for the life of the
+//! process, so rotated or revoked credentials need a restart there. Here the heartbeat ends the
+//! round on a 401/403 and the agent registers again (stored credentials first, then the bootstrap
+//! token), and a change of the stored Secret ends the round as well
+//! ([`stored_credentials_changed`]): credentials an operator puts there (say the parent's reissued
+//! token, after the bootstrap token has expired) are used within seconds, without a restart,
+//! once the parent accepts them (a mistaken edit leaves the working ones in use).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -35,7 +44,15 @@ pub struct Registration {
     /// The parent's URL and the dedicated token behind `parent` (the tunnel dials with them).
     pub parent_url: String,
     pub token: String,
+    /// The parent's CA certificate (PEM) `parent` verifies the parent with.
+    pub ca: Vec<u8>,
 }
+
+/// The `certificate` label of the parent's CA, as the agent holds it, in
+/// `clusternet_certificate_expiration_timestamp_seconds`. The agent authenticates with a bearer
+/// token and holds no client certificate of its own; the CA is the certificate whose expiry
+/// breaks it.
+pub const PARENT_CA_CERT: &str = "agent-parent-ca";
 
 #[derive(Debug, thiserror::Error)]
 pub enum RegistrationError {
@@ -240,7 +257,13 @@ async fn attempt(rt: &Runtime, cluster_id: &str) -> Result<Registration, Registr
                 .await
             {
                 Ok(crr) if approved(&crr) => {
-                    return finish(rt, cluster_id, &url, crr, &secrets).await;
+                    // they work: keep them, even when the request carries others (an operator
+                    // put these in the Secret; they are the ones just proven)
+                    let proven = Credentials {
+                        token: ByteString(token.into_bytes()),
+                        ca: ByteString(ca),
+                    };
+                    return finish(rt, cluster_id, &url, crr, Some(proven), &secrets).await;
                 }
                 Ok(_) => info!(
                     "stored credentials work but the request is not approved; using the bootstrap token"
@@ -297,7 +320,7 @@ async fn attempt(rt: &Runtime, cluster_id: &str) -> Result<Registration, Registr
         }
     };
     match crr.status.as_ref().and_then(|s| s.result.clone()) {
-        Some(ApprovedResult::Approved) => finish(rt, cluster_id, &url, crr, &secrets).await,
+        Some(ApprovedResult::Approved) => finish(rt, cluster_id, &url, crr, None, &secrets).await,
         Some(ApprovedResult::Denied) => Err(RegistrationError::Denied {
             name,
             message: crr.status.map(|s| s.error_message).unwrap_or_default(),
@@ -381,18 +404,30 @@ fn new_request(rt: &Runtime, cluster_id: &str, name: &str) -> ClusterRegistratio
     }
 }
 
-/// Steps 4-6: adopt the approved name, build the dedicated client, store the credentials.
+/// A token and the parent's CA (PEM).
+struct Credentials {
+    token: ByteString,
+    ca: ByteString,
+}
+
+/// Steps 4-6: adopt the approved name, build the dedicated client, store the credentials: the
+/// approval's, or `proven` ones (the stored credentials that just read the approved request).
 async fn finish(
     rt: &Runtime,
     cluster_id: &str,
     url: &str,
     crr: ClusterRegistrationRequest,
+    proven: Option<Credentials>,
     secrets: &Api<Secret>,
 ) -> Result<Registration, RegistrationError> {
     let name = crr.name_any();
     let status = crr.status.clone().unwrap_or_default();
-    let (Some(token), Some(ca)) = (status.token.clone(), status.ca_certificate.clone()) else {
-        return Err(RegistrationError::IncompleteApproval(name));
+    let (token, ca) = match proven {
+        Some(c) => (c.token, c.ca),
+        None => match (status.token.clone(), status.ca_certificate.clone()) {
+            (Some(t), Some(ca)) => (t, ca),
+            _ => return Err(RegistrationError::IncompleteApproval(name)),
+        },
     };
     let cluster_name = crr
         .labels()
@@ -423,7 +458,7 @@ async fn finish(
             ..Default::default()
         },
         data: Some(BTreeMap::from([
-            ("ca.crt".to_string(), ca),
+            ("ca.crt".to_string(), ca.clone()),
             ("token".to_string(), token),
             (
                 "namespace".to_string(),
@@ -436,31 +471,41 @@ async fn finish(
         ])),
         ..Default::default()
     };
-    match secrets
+    let written = match secrets
         .get_opt(known::PARENT_CLUSTER_SECRET_NAME)
         .await
         .map_err(RegistrationError::child("reading Secret parent-cluster"))?
     {
-        Some(existing) if existing.data == secret.data && existing.labels() == secret.labels() => {}
+        Some(existing) if existing.data == secret.data && existing.labels() == secret.labels() => {
+            None
+        }
         Some(existing) => {
             let mut updated = secret.clone();
             updated.metadata.resource_version = existing.resource_version();
-            secrets
-                .replace(
-                    known::PARENT_CLUSTER_SECRET_NAME,
-                    &PostParams::default(),
-                    &updated,
-                )
-                .await
-                .map_err(RegistrationError::child("updating Secret parent-cluster"))?;
+            Some(
+                secrets
+                    .replace(
+                        known::PARENT_CLUSTER_SECRET_NAME,
+                        &PostParams::default(),
+                        &updated,
+                    )
+                    .await
+                    .map_err(RegistrationError::child("updating Secret parent-cluster"))?,
+            )
         }
-        None => {
+        None => Some(
             secrets
                 .create(&PostParams::default(), &secret)
                 .await
-                .map_err(RegistrationError::child("creating Secret parent-cluster"))?;
-        }
+                .map_err(RegistrationError::child("creating Secret parent-cluster"))?,
+        ),
+    };
+    // the rotation watch must see this write, not the Secret as it was, or it would take the
+    // agent's own write for a rotation
+    if let Some(w) = written {
+        stored_secret(rt).observe_write(w);
     }
+    crate::runtime::certs::record_pem(PARENT_CA_CERT, &ca.0);
     Ok(Registration {
         cluster_id: cluster_id.to_string(),
         cluster_name,
@@ -468,12 +513,113 @@ async fn finish(
         parent,
         parent_url: url.to_string(),
         token: token_text,
+        ca: ca.0,
     })
+}
+
+/// The shared watch of the stored credentials (Secret `parent-cluster`; selected by name, the
+/// child's other Secrets are not cached).
+fn stored_secret(rt: &Runtime) -> runtime::cache::Shared<Secret> {
+    rt.cache
+        .watch_named::<Secret>(known::PARENT_CLUSTER_SECRET_NAME)
+}
+
+/// Whether the stored credentials `data` hold a token or CA other than `token` and `ca` (the
+/// ones in use).
+/// A Secret without a token (being rewritten, emptied) is no reason to drop working
+/// credentials.
+fn rotated(data: &BTreeMap<String, ByteString>, token_now: &str, ca_now: &[u8]) -> bool {
+    let get = |k: &str| data.get(k).map(|b| b.0.as_slice()).unwrap_or_default();
+    let (token, ca) = (get("token"), get("ca.crt"));
+    !token.is_empty() && (token != token_now.as_bytes() || !ca.is_empty() && ca != ca_now)
+}
+
+/// Completes when the stored credentials in the child change to a token or CA other than the
+/// ones `reg` uses and the parent accepts them (rotated by someone else: the caller registers
+/// again and so uses them); never completes otherwise. Credentials the parent refuses are
+/// logged and the working ones stay in use: a mistaken edit of the Secret must not take a
+/// working agent off the parent.
+pub async fn stored_credentials_changed(rt: &Runtime, reg: &Registration) {
+    use futures::StreamExt;
+    let shared = stored_secret(rt);
+    let mut changes = shared.subscribe();
+    if shared.ready().await {
+        let ns = rt.config.system_namespace.as_str();
+        let mut refused: Option<BTreeMap<String, ByteString>> = None;
+        loop {
+            let stored = shared
+                .store
+                .state()
+                .into_iter()
+                .find(|s| s.namespace().as_deref() == Some(ns))
+                .and_then(|s| s.data.clone());
+            if let Some(data) = stored
+                && rotated(&data, &reg.token, &reg.ca)
+                && refused.as_ref() != Some(&data)
+            {
+                match accepted(reg, &data).await {
+                    Ok(()) => {
+                        info!(secret = %format!("{ns}/{}", known::PARENT_CLUSTER_SECRET_NAME), "the stored parent credentials changed; switching to them");
+                        return;
+                    }
+                    Err(e) => {
+                        warn!(secret = %format!("{ns}/{}", known::PARENT_CLUSTER_SECRET_NAME), error = %e, "the stored parent credentials changed but do not work; going on with the current ones");
+                        refused = Some(data);
+                    }
+                }
+            }
+            if changes.next().await.is_none() {
+                break;
+            }
+        }
+    }
+    // shutting down: the caller's stop ends the round
+    std::future::pending::<()>().await
+}
+
+/// Whether the parent accepts the credentials in `data`: they read this cluster's request, as
+/// registration would with them.
+async fn accepted(
+    reg: &Registration,
+    data: &BTreeMap<String, ByteString>,
+) -> Result<(), RegistrationError> {
+    let get = |k: &str| data.get(k).map(|b| b.0.clone()).unwrap_or_default();
+    let token = String::from_utf8_lossy(&get("token")).into_owned();
+    let client = runtime::token_client(&reg.parent_url, &token, Some(&get("ca.crt")))?;
+    let name = crr_name(&reg.cluster_id);
+    Api::<ClusterRegistrationRequest>::all(client)
+        .get(&name)
+        .await
+        .map(|_| ())
+        .map_err(RegistrationError::parent(format!(
+            "reading {name} with the stored credentials"
+        )))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_other_credentials_count_as_rotated() {
+        let data = |token: &str, ca: &str| {
+            BTreeMap::from([
+                ("token".to_string(), ByteString(token.as_bytes().to_vec())),
+                ("ca.crt".to_string(), ByteString(ca.as_bytes().to_vec())),
+            ])
+        };
+        assert!(
+            !rotated(&data("t1", "ca1"), "t1", b"ca1"),
+            "what the agent wrote"
+        );
+        assert!(rotated(&data("t2", "ca1"), "t1", b"ca1"), "a new token");
+        assert!(rotated(&data("t1", "ca2"), "t1", b"ca1"), "a new CA");
+        assert!(
+            !rotated(&data("", "ca2"), "t1", b"ca1"),
+            "no token: keep what works"
+        );
+        assert!(!rotated(&BTreeMap::new(), "t1", b"ca1"));
+    }
 
     #[test]
     fn token_formats_follow_upstream() {

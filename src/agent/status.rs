@@ -32,6 +32,8 @@ use crate::runtime::{Runtime, api_code};
 pub enum HeartbeatEnd {
     #[error("the parent no longer accepts this cluster's credentials")]
     CredentialsRejected,
+    #[error("the stored parent credentials (Secret parent-cluster) were rotated")]
+    CredentialsRotated,
     #[error(
         "ManagedCluster of cluster {cluster_id} is gone from namespace {namespace} in the parent: the cluster was deregistered"
     )]
@@ -511,7 +513,9 @@ pub fn log_end(e: &HeartbeatEnd) {
             error = %e,
             "delete the ClusterRegistrationRequest in the parent (or this agent's Lease) to register this cluster again"
         ),
-        HeartbeatEnd::CredentialsRejected => info!(error = %e, "registering again"),
+        HeartbeatEnd::CredentialsRejected | HeartbeatEnd::CredentialsRotated => {
+            info!(error = %e, "registering again")
+        }
     }
 }
 

@@ -185,59 +185,12 @@ fn unescape(s: &str) -> String {
         .into_owned()
 }
 
-/// The subject common name of a DER certificate. A tiny DER walk instead of an X.509 crate: the
-/// hub needs this one field of an already verified certificate.
+/// The subject common name of a DER certificate (the hub needs this one field of an already
+/// verified certificate), read by the same DER reader as the certificates' expiry.
 pub fn common_name(cert: &CertificateDer<'_>) -> Option<String> {
-    let (_, cert_body, _) = der(cert.as_ref())?; // Certificate SEQUENCE
-    let (_, mut tbs, _) = der(cert_body)?; // tbsCertificate SEQUENCE
-    // [0] version is optional
-    if tbs.first() == Some(&0xA0) {
-        tbs = der(tbs)?.2;
-    }
-    // serialNumber, signature, issuer, validity, then subject
-    for _ in 0..4 {
-        tbs = der(tbs)?.2;
-    }
-    let (_, mut subject, _) = der(tbs)?;
-    while !subject.is_empty() {
-        let (_, rdn, rest) = der(subject)?;
-        subject = rest;
-        let mut set = rdn;
-        while !set.is_empty() {
-            let (_, atv, rest) = der(set)?;
-            set = rest;
-            let (tag, oid, value) = der(atv)?;
-            if tag == 0x06 && oid == [0x55, 0x04, 0x03] {
-                let (_, v, _) = der(value)?;
-                return Some(String::from_utf8_lossy(v).into_owned());
-            }
-        }
-    }
-    None
-}
-
-/// One DER TLV: (tag, contents, rest).
-fn der(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
-    let tag = *input.first()?;
-    let first = *input.get(1)? as usize;
-    let (len, header) = if first < 0x80 {
-        (first, 2)
-    } else {
-        let n = first & 0x7f;
-        if n == 0 || n > 4 {
-            return None;
-        }
-        let mut len = 0usize;
-        for i in 0..n {
-            len = (len << 8) | *input.get(2 + i)? as usize;
-        }
-        (len, 2 + n)
-    };
-    let end = header.checked_add(len)?;
-    if end > input.len() {
-        return None;
-    }
-    Some((tag, &input[header..end], &input[end..]))
+    crate::runtime::certs::parse_der(cert.as_ref(), "client certificate")
+        .ok()?
+        .subject_cn
 }
 
 /// Bearer tokens checked with a TokenReview against the parent, remembered briefly (upstream's

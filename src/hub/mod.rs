@@ -92,13 +92,41 @@ impl Hub {
     }
 }
 
+/// The `certificate` label of the hub's serving certificate in
+/// `clusternet_certificate_expiration_timestamp_seconds`.
+pub const SERVING_CERT: &str = "hub-serving";
+/// ... and of the parent's request-header (front-proxy) client CA (the certificate of the bundle
+/// that expires first).
+pub const REQUESTHEADER_CA: &str = "requestheader-client-ca";
+
 /// Starts the aggregated API server on every hub replica; returns the bound address.
 pub async fn start(rt: &Runtime) -> Result<(Arc<Hub>, SocketAddr), HubError> {
     let cfg = &rt.config;
-    let pair = match (&cfg.tls_cert_file, &cfg.tls_private_key_file) {
-        (Some(c), Some(k)) => serving::read_pem_files(c, k)?,
-        _ => serving::self_signed(&["localhost", "127.0.0.1", "clusternet-hub"])?,
+    // files given: reloaded when they change (the version is taken before the first read);
+    // the self-signed fallback lives as long as the process and needs no reload
+    let files = match (&cfg.tls_cert_file, &cfg.tls_private_key_file) {
+        (Some(c), Some(k)) => Some((c.clone(), k.clone(), serving::PemVersion::of(c, k))),
+        _ => None,
     };
+    let pair = match &files {
+        Some((c, k, _)) => serving::read_pem_files(c, k)?,
+        None => serving::self_signed(&["localhost", "127.0.0.1", "clusternet-hub"])?,
+    };
+    let (served, served_info) = serving::certified_key(&pair)?;
+    if let Some(info) = &served_info {
+        crate::runtime::certs::record(SERVING_CERT, info);
+    }
+    let resolver = serving::ReloadingCert::new(served);
+    if let Some((c, k, version)) = files {
+        serving::watch_pem_files(
+            c,
+            k,
+            SERVING_CERT,
+            version,
+            resolver.clone(),
+            rt.shutdown.clone(),
+        );
+    }
     let requestheader = match RequestHeaderConfig::from_parent(&rt.client).await {
         Ok(Some(c)) => Some(c),
         Ok(None) => {
@@ -112,8 +140,11 @@ pub async fn start(rt: &Runtime) -> Result<(Arc<Hub>, SocketAddr), HubError> {
             None
         }
     };
+    if let Some(c) = &requestheader {
+        crate::runtime::certs::record_pem(REQUESTHEADER_CA, c.client_ca_pem.as_bytes());
+    }
     let roots = requestheader.as_ref().map(|c| c.roots()).transpose()?;
-    let tls = serving::server_config_with_client_ca(&pair, roots)?;
+    let tls = serving::server_config_with_resolver(resolver, roots)?;
     let addr = format!("{}:{}", cfg.bind_address, cfg.secure_port);
     let listener = TcpListener::bind(&addr)
         .await
@@ -146,7 +177,8 @@ pub async fn start(rt: &Runtime) -> Result<(Arc<Hub>, SocketAddr), HubError> {
         });
     }
     // peers dial with server verification off and no client certificate, so the hub's own TLS
-    // settings serve them as well
+    // settings serve them as well; the clone shares the resolver, so they get a reloaded
+    // certificate too
     let peer_tls = tls.clone();
     let bound =
         server::serve(hub.clone(), listener, tls, rt.shutdown.clone()).map_err(|source| {

@@ -5,6 +5,7 @@
 
 pub mod apply;
 pub mod cache;
+pub mod certs;
 pub mod child;
 pub mod clientmetrics;
 pub mod controller;
