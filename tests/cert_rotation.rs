@@ -51,18 +51,7 @@ fn replace(path: &Path, text: &str) {
 
 /// The serial and notAfter of the certificate a new TLS connection to the hub gets.
 async fn served(port: u16) -> Result<(String, i64), String> {
-    let tls =
-        clusternet::runtime::serving::insecure_client_config(None).map_err(|e| e.to_string())?;
-    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(tls));
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .map_err(|e| format!("connecting: {e}"))?;
-    let name = tokio_rustls::rustls::pki_types::ServerName::try_from("localhost")
-        .map_err(|e| e.to_string())?;
-    let stream = connector
-        .connect(name, tcp)
-        .await
-        .map_err(|e| format!("TLS: {e}"))?;
+    let stream = support::tls_to_hub(port).await?;
     let leaf = stream
         .get_ref()
         .1

@@ -548,7 +548,9 @@ async fn fleet(
             }
             if let Some(ns) = netns {
                 let kubeconfig = env.dir.join(format!("{}-child3.kubeconfig", ns.name));
-                ns.child_kubeconfig(&env.child_kubeconfig(3), &kubeconfig);
+                // the child's API server as the relay shows it inside the namespace
+                ns.child
+                    .kubeconfig_through(&env.child_kubeconfig(3), &kubeconfig);
                 extra.push(format!("--cluster-reg-parent-url={}", ns.parent_url()));
                 extra.push(format!("--kubeconfig={}", kubeconfig.display()));
                 in_ns = Some(ns.name.as_str());
@@ -603,16 +605,15 @@ enum Fault {
     KillRole(&'static str, Duration),
     /// kill -9 of child `i`'s agent (0-based in the fleet), started again after the delay.
     KillAgent(usize, Duration),
-    /// child3's link to the parent cut for this long.
-    Partition(Duration),
+    /// child3's link to the parent down for this long: [`Link::Cut`] (connections reset, new ones
+    /// refused) or [`Link::Stall`] (connections open, no byte moves).
+    Partition(Link, Duration),
     /// kill -9 of one of the environment's processes (`parent-kube-apiserver`, or `etcd` under all
     /// four control planes), started again after the delay.
     KillComponent(&'static str, Duration),
     /// Two replicas of the parent with leader election; kill -9 of the one leading every role:
     /// the standby takes over.
     KillLeader,
-    /// child3's link held silent this long: connections stay open, no byte moves.
-    Stall(Duration),
     /// child3's link this long slow (every chunk 300 ms late), every connection reset each 5 s.
     Flaky(Duration),
     /// child3's agent in its own network namespace, every packet to and from the parent dropped
@@ -626,7 +627,7 @@ async fn run_case(case: &str, fault: Fault) {
     env.install_crds();
     let id = uid();
     let proxy = match fault {
-        Fault::Partition(_) | Fault::Stall(_) | Fault::Flaky(_) => {
+        Fault::Partition(..) | Fault::Flaky(_) => {
             Some(FaultProxy::start(support::kubeconfig_server(&env.parent_kubeconfig())).await)
         }
         _ => None,
@@ -690,9 +691,9 @@ async fn run_case(case: &str, fault: Fault) {
             clusters[i].start_agent();
             Instant::now()
         }
-        Fault::Partition(length) => {
+        Fault::Partition(mode, length) => {
             let proxy = proxy.as_ref().expect("the fault proxy");
-            proxy.cut();
+            proxy.set(mode);
             load.churn(n / 10 + 1).await;
             tokio::time::sleep(length).await;
             proxy.restore();
@@ -719,14 +720,6 @@ async fn run_case(case: &str, fault: Fault) {
         Fault::KillLeader => {
             parents[0].kill();
             load.churn(n / 10 + 1).await;
-            Instant::now()
-        }
-        Fault::Stall(length) => {
-            let proxy = proxy.as_ref().expect("the fault proxy");
-            proxy.set(Link::Stall);
-            load.churn(n / 10 + 1).await;
-            tokio::time::sleep(length).await;
-            proxy.restore();
             Instant::now()
         }
         Fault::Flaky(length) => {
@@ -778,7 +771,7 @@ async fn an_agent_killed_mid_rollout_loses_nothing() {
 async fn a_child_cut_off_for_30s_keeps_its_objects_and_converges() {
     run_case(
         "child cut off from the parent 30 s",
-        Fault::Partition(Duration::from_secs(30)),
+        Fault::Partition(Link::Cut, Duration::from_secs(30)),
     )
     .await;
 }
@@ -850,7 +843,7 @@ async fn chaos_pull_agent_killed_restarted_after_30s() {
 async fn chaos_child_cut_off_for_2_minutes() {
     run_case(
         "child cut off from the parent 2 min",
-        Fault::Partition(Duration::from_secs(120)),
+        Fault::Partition(Link::Cut, Duration::from_secs(120)),
     )
     .await;
 }
@@ -886,7 +879,7 @@ async fn chaos_leader_killed_standby_takes_over() {
 async fn chaos_child_link_stalled_for_30s() {
     run_case(
         "child's link stalled (silent) 30 s",
-        Fault::Stall(Duration::from_secs(30)),
+        Fault::Partition(Link::Stall, Duration::from_secs(30)),
     )
     .await;
 }

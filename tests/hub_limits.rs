@@ -172,13 +172,9 @@ impl Exchange {
 }
 
 async fn exchange(port: u16, token: &str, path: &str, headers: &[(&str, &str)]) -> Exchange {
-    let tls = clusternet::runtime::serving::insecure_client_config(None).expect("TLS config");
-    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(tls));
-    let tcp = TcpStream::connect(("127.0.0.1", port))
+    let mut stream = support::tls_to_hub(port)
         .await
-        .expect("connecting to the hub");
-    let name = tokio_rustls::rustls::pki_types::ServerName::try_from("localhost").expect("name");
-    let mut stream = connector.connect(name, tcp).await.expect("TLS to the hub");
+        .unwrap_or_else(|e| panic!("{e}"));
     let extra: String = headers
         .iter()
         .map(|(k, v)| format!("{k}: {v}\r\n"))

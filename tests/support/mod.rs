@@ -997,14 +997,11 @@ pub fn kubeconfig_token(kubeconfig: &Path) -> String {
         .expect("a token in the kubeconfig")
 }
 
-/// GET `path` on a hub itself over TLS (skipping the aggregator), with a bearer token or none:
-/// (status, body).
-pub async fn get_from_hub(
+/// A TLS connection straight to a hub on loopback `port` (any certificate accepted: tests check
+/// what it serves, not who signed it).
+pub async fn tls_to_hub(
     port: u16,
-    token: Option<&str>,
-    path: &str,
-) -> Result<(u16, String), String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, String> {
     let tls =
         clusternet::runtime::serving::insecure_client_config(None).map_err(|e| e.to_string())?;
     let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(tls));
@@ -1013,10 +1010,21 @@ pub async fn get_from_hub(
         .map_err(|e| format!("connecting to the hub: {e}"))?;
     let name = tokio_rustls::rustls::pki_types::ServerName::try_from("localhost")
         .map_err(|e| e.to_string())?;
-    let mut s = connector
+    connector
         .connect(name, tcp)
         .await
-        .map_err(|e| format!("TLS to the hub: {e}"))?;
+        .map_err(|e| format!("TLS to the hub: {e}"))
+}
+
+/// GET `path` on a hub itself over TLS (skipping the aggregator), with a bearer token or none:
+/// (status, body).
+pub async fn get_from_hub(
+    port: u16,
+    token: Option<&str>,
+    path: &str,
+) -> Result<(u16, String), String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tls_to_hub(port).await?;
     let auth = token
         .map(|t| format!("Authorization: Bearer {t}\r\n"))
         .unwrap_or_default();
@@ -1448,6 +1456,8 @@ pub enum Link {
 /// network drops or crawls while everything else stays reachable.
 pub struct FaultProxy {
     pub port: u16,
+    /// Where it listens (`ip:port`).
+    pub addr: std::net::SocketAddr,
     /// The link's mode and a reset generation: bumping it resets every open connection.
     link: tokio::sync::watch::Sender<(Link, u64)>,
 }
@@ -1462,7 +1472,8 @@ impl FaultProxy {
         let listener = tokio::net::TcpListener::bind((ip, 0))
             .await
             .expect("binding the fault proxy");
-        let port = listener.local_addr().expect("proxy address").port();
+        let addr = listener.local_addr().expect("proxy address");
+        let port = addr.port();
         let (link, watch) = tokio::sync::watch::channel((Link::Up, 0u64));
         tokio::spawn(async move {
             while let Ok((inbound, _)) = listener.accept().await {
@@ -1474,7 +1485,7 @@ impl FaultProxy {
                 tokio::spawn(Self::carry(inbound, target, watch.clone(), generation));
             }
         });
-        FaultProxy { port, link }
+        FaultProxy { port, addr, link }
     }
 
     /// One connection, until either end closes, the link is cut or a reset is asked for.
@@ -1556,13 +1567,13 @@ impl FaultProxy {
     }
 
     /// A copy of `kubeconfig` whose server goes through this proxy (the API server's certificate
-    /// names 127.0.0.1, so TLS still verifies).
+    /// names 127.0.0.1 and [`NETNS_HOST_IP`], so TLS still verifies).
     pub fn kubeconfig_through(&self, kubeconfig: &Path, out: &Path) {
         let text = std::fs::read_to_string(kubeconfig).expect("reading the kubeconfig");
         let server = kubeconfig_server(kubeconfig);
         let rewritten = text.replace(
             &format!("server: https://{server}"),
-            &format!("server: https://127.0.0.1:{}", self.port),
+            &format!("server: https://{}", self.addr),
         );
         std::fs::write(out, rewritten).expect("writing the proxied kubeconfig");
     }
@@ -1680,18 +1691,7 @@ impl Netns {
 
     /// The parent URL as seen from inside the namespace.
     pub fn parent_url(&self) -> String {
-        format!("https://{NETNS_HOST_IP}:{}", self.parent.port)
-    }
-
-    /// A copy of the child's kubeconfig that reaches it from inside the namespace.
-    pub fn child_kubeconfig(&self, kubeconfig: &Path, out: &Path) {
-        let text = std::fs::read_to_string(kubeconfig).expect("reading the kubeconfig");
-        let server = kubeconfig_server(kubeconfig);
-        let rewritten = text.replace(
-            &format!("server: https://{server}"),
-            &format!("server: https://{NETNS_HOST_IP}:{}", self.child.port),
-        );
-        std::fs::write(out, rewritten).expect("writing the namespace's kubeconfig");
+        format!("https://{}", self.parent.addr)
     }
 
     /// Drops every packet between the namespace and the parent's relay, both ways.
