@@ -7,9 +7,11 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
+use kube::Resource;
 use kube::api::Api;
 use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, reflector};
+use kube::runtime::{WatchStreamExt, watcher};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -95,9 +97,19 @@ pub async fn run(rt: &Runtime, reg: &Registration, stop: CancellationToken) {
         Some(touched),
     ));
     let api: Api<Description> = Api::namespaced(reg.parent.clone(), &reg.namespace);
-    let controller = Controller::new(api.clone(), watcher::Config::default());
-    // every Description of this cluster's namespace: objects two of them share stay until both let go
-    let store = controller.store();
+    // every Description of this cluster's namespace: objects two of them share stay until both let
+    // go. Held without managedFields (often as large as the rest of a Description, and read by
+    // nothing here), so a namespace of a thousand costs what their content does (benches/agent_flood.rs)
+    let (store, writer) = reflector::store::<Description>();
+    let descriptions = reflector(
+        writer,
+        watcher(api.clone(), watcher::Config::default())
+            .backoff(runtime::cache::watch_backoff())
+            .modify(|d| d.meta_mut().managed_fields = None),
+    )
+    .applied_objects();
+    let controller = Controller::for_stream(descriptions, store.clone())
+        .trigger_backoff(runtime::cache::watch_backoff());
     let backoff = Backoff::default();
     let ctx = Arc::new(Pull {
         // events about Descriptions go to the parent, as upstream's agent records them
@@ -171,6 +183,7 @@ async fn run_helm(
     let backoff = Backoff::default();
     let on_error = backoff.clone();
     Controller::new(api, watcher::Config::default())
+        .trigger_backoff(runtime::cache::watch_backoff())
         .with_config(controller::Config::default().concurrency(4))
         .graceful_shutdown_on(async move { stop.cancelled().await })
         .run(

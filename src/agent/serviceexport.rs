@@ -326,7 +326,7 @@ pub async fn run(rt: &Runtime, reg: &Registration, stop: CancellationToken) {
             known::CLUSTERNET_AGENT_NAME
         )),
     )
-    .default_backoff()
+    .backoff(crate::runtime::cache::watch_backoff())
     .touched_objects()
     .filter_map(|s| async move {
         let s = s.ok()?;

@@ -19,7 +19,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -318,6 +318,7 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         secrets,
         watcher::Config::default().fields(&format!("metadata.name={SETTINGS_NAME}")),
     )
+    .backoff(crate::runtime::cache::watch_backoff())
     .filter_map(|e| async move {
         matches!(
             e,
@@ -331,6 +332,7 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         backoff: Backoff::default(),
     });
     Controller::new_with(clusters, watcher::Config::default(), resource)
+        .trigger_backoff(crate::runtime::cache::watch_backoff())
         .with_config(kube::runtime::controller::Config::default().concurrency(2))
         .reconcile_all_on(settings_changed)
         .graceful_shutdown_on(async move { stop.cancelled().await })

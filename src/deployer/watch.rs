@@ -90,7 +90,7 @@ impl Watches {
         let (ready_tx, ready) = tokio::sync::watch::channel(false);
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), resource);
         let config = watcher::Config::default().labels(known::OBJECT_OWNED_BY_DESCRIPTION_LABEL);
-        let stream = watcher(api, config).default_backoff();
+        let stream = watcher(api, config).backoff(crate::runtime::cache::watch_backoff());
         let stop = self.stop.clone();
         let kind = format!("{}/{}", resource.api_version, resource.kind);
         let mut writer = writer;

@@ -26,6 +26,26 @@ use super::health::Readiness;
 /// How many changes a subscriber may lag behind before it is handed the whole store instead.
 const SUBSCRIBER_BUFFER: usize = 4096;
 
+/// How every watch of the process tries again after it failed: from 0.5 s, doubling, to 5 s
+/// (jitter adds up to as much again), back to 0.5 s after a minute without errors. kube's default,
+/// client-go's reflector timing, grows to 30 s and with its jitter to 60 s: after a restart of the
+/// API server or etcd the caches came back up to a minute after the server did, most of the time a
+/// process fault took to converge (#21). A failed attempt is a refused connection or an error
+/// answer, cheap for the server, and the jitter keeps a fleet's reconnects apart.
+pub fn watch_backoff() -> impl kube::runtime::utils::Backoff + 'static {
+    kube::runtime::utils::ResetTimerBackoff::new(
+        watcher::ExponentialBackoff::from(
+            backon::ExponentialBuilder::default()
+                .with_min_delay(std::time::Duration::from_millis(500))
+                .with_max_delay(std::time::Duration::from_secs(5))
+                .with_factor(2.0)
+                .without_max_times()
+                .with_jitter(),
+        ),
+        std::time::Duration::from_secs(60),
+    )
+}
+
 /// A kind in the shared cache: the read-only store and a way to follow its changes.
 pub struct Shared<K: Resource + Clone + 'static>
 where
@@ -216,7 +236,7 @@ impl SharedCache {
         let (changes, _) = tokio::sync::broadcast::channel(SUBSCRIBER_BUFFER);
         let api: Api<K> = Api::all(self.client.clone());
         let stream = watcher(api, config.any_semantic())
-            .default_backoff()
+            .backoff(watch_backoff())
             // managedFields are often the larger half of an object and nothing here reads them
             // from the cache (an update that omits them leaves the server's untouched)
             .map_ok(|ev| {
@@ -462,6 +482,26 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::api::ObjectMeta;
+
+    #[tokio::test]
+    async fn a_failing_watch_retries_within_ten_seconds_and_starts_soon() {
+        let delays: Vec<std::time::Duration> = watch_backoff().take(30).collect();
+        assert_eq!(delays.len(), 30, "it never gives up");
+        assert!(delays[0] >= std::time::Duration::from_millis(500));
+        assert!(delays[0] < std::time::Duration::from_secs(1));
+        assert!(
+            delays
+                .iter()
+                .all(|d| *d <= std::time::Duration::from_secs(10)),
+            "{delays:?}"
+        );
+        assert!(
+            delays[10..]
+                .iter()
+                .all(|d| *d >= std::time::Duration::from_secs(5)),
+            "grown to the cap: {delays:?}"
+        );
+    }
 
     fn cm(name: &str, rv: &str) -> ConfigMap {
         ConfigMap {

@@ -108,6 +108,10 @@ pub async fn run_with_options(
     // retry soon and back off to the regular period while it stays away
     let first_retry = options.retry_period.min(Duration::from_secs(1));
     let mut backoff = first_retry;
+    // a parent that stays away (or refuses us) is said at the first failure and then once a
+    // minute with the count, not at every retry
+    let mut failures: u64 = 0;
+    let mut warned: Option<std::time::Instant> = None;
     while !cancel.is_cancelled() {
         let attempt = tokio::select! {
             attempt = connect(&config, &options) => attempt,
@@ -115,9 +119,10 @@ pub async fn run_with_options(
         };
         match attempt {
             Ok(session) => {
-                tracing::info!(url = %url, "connected to parent cluster tunnel");
+                tracing::info!(url = %url, failures, "connected to parent cluster tunnel");
                 connected.send_replace(true);
                 backoff = first_retry;
+                (failures, warned) = (0, None);
                 tokio::select! {
                     () = session.closed() => {
                         tracing::warn!(url = %url, "tunnel to parent cluster closed; reconnecting");
@@ -127,11 +132,18 @@ pub async fn run_with_options(
                 connected.send_replace(false);
             }
             Err(err) => {
-                tracing::warn!(
-                    url = %url,
-                    error = %err,
-                    "failed to connect to parent cluster tunnel"
-                );
+                failures += 1;
+                if warned.is_none_or(|at| at.elapsed() >= Duration::from_secs(60)) {
+                    tracing::warn!(
+                        url = %url,
+                        error = %err,
+                        failures,
+                        "failed to connect to parent cluster tunnel; retrying"
+                    );
+                    warned = Some(std::time::Instant::now());
+                } else {
+                    tracing::debug!(url = %url, error = %err, failures, "tunnel connect failed again");
+                }
             }
         }
         let wait = jittered(backoff, options.jitter);

@@ -5,7 +5,7 @@
 //! [`SessionRegistry::serve`], which runs a server-role session for as long as the agent stays
 //! connected. The proxy then dials child endpoints through [`SessionRegistry::get`]. Like
 //! remotedialer's session manager, several sessions per cluster may coexist (an agent that
-//! reconnects before the hub noticed the old socket die); dialing uses the oldest live one.
+//! reconnects before the hub noticed the old socket die); dialing uses the oldest one heard from lately.
 //! How many may coexist is capped per cluster ([`SessionRegistry::reserve`], issue #21): the HTTP
 //! layer reserves a place before it answers the upgrade, so one cluster's credentials cannot pin
 //! an unbounded number of sockets on the hub.
@@ -247,14 +247,23 @@ impl SessionRegistry {
         registration.handle.closed().await;
     }
 
-    /// The oldest live session of `cluster_id`.
+    /// The oldest live session of `cluster_id`: of those heard from within [`STALE_AFTER`] if
+    /// any, else of those still open. An agent that reconnects after a blip leaves its old socket
+    /// open on the hub until the read timeout closes it; dialing through that one would fail every
+    /// proxied request for that long although the new session works.
     pub fn get(&self, cluster_id: &str) -> Option<SessionHandle> {
-        self.lock()
+        let inner = self.lock();
+        let open: Vec<&SessionHandle> = inner
             .sessions
             .get(cluster_id)?
             .iter()
-            .find(|(_, handle)| !handle.is_closed())
-            .map(|(_, handle)| handle.clone())
+            .map(|(_, handle)| handle)
+            .filter(|handle| !handle.is_closed())
+            .collect();
+        open.iter()
+            .find(|handle| handle.silent_for() < self.stale_after)
+            .or(open.first())
+            .map(|handle| (*handle).clone())
     }
 
     /// Cluster IDs with at least one live session, sorted.
@@ -451,7 +460,18 @@ mod tests {
             stale_after: Duration::from_millis(300),
             ..SessionRegistry::default()
         });
-        // an agent that pings, as every agent does
+        // the older session: a socket whose far end went away without a word (a blip): open, silent
+        let (hub_io, silent_io) = tokio::io::duplex(64 * 1024);
+        let slot = registry.reserve("c1", 2).expect("place");
+        tokio::spawn(slot.serve(hub_io));
+        tokio::time::timeout(WAIT, async {
+            while registry.lock().sessions.get("c1").map_or(0, Vec::len) < 1 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("the silent one registered first");
+        // the agent's reconnect, pinging as every agent does
         let (hub_io, agent_io) = tokio::io::duplex(64 * 1024);
         let slot = registry.reserve("c1", 2).expect("place");
         tokio::spawn(slot.serve(hub_io));
@@ -460,10 +480,6 @@ mod tests {
         let mut options = SessionOptions::new(SessionRole::Client, "c1");
         options.ping_interval = Duration::from_millis(50);
         let _pinging = Session::spawn_with(agent_ws, options);
-        // a socket whose far end went away without a word (a blip): open, silent
-        let (hub_io, silent_io) = tokio::io::duplex(64 * 1024);
-        let slot = registry.reserve("c1", 2).expect("place");
-        tokio::spawn(slot.serve(hub_io));
         assert!(
             registry.reserve("c1", 2).is_err(),
             "two fresh sessions fill the cap"
@@ -479,6 +495,12 @@ mod tests {
         .await
         .expect("the silent session goes stale");
         assert_eq!(registry.lock().sessions["c1"].len(), 2, "still registered");
+        assert!(
+            registry
+                .get("c1")
+                .is_some_and(|h| h.silent_for() < Duration::from_millis(300)),
+            "dialing goes through the session that is heard from"
+        );
         let reconnect = registry.reserve("c1", 2).expect("the agent may reconnect");
         drop(reconnect);
         tokio::time::sleep(Duration::from_millis(400)).await;

@@ -1,0 +1,152 @@
+//! An agent under a flood of Descriptions (#21 item 4, #13 item 2): `AGENT_FLOOD_DESCRIPTIONS`
+//! (default 1,000) Descriptions, one ConfigMap of about 1 KiB each, created at once in a Pull
+//! child's dedicated namespace in the parent. The agent's resident memory (VmRSS) is sampled every
+//! second while it applies them and afterwards; the table gives it idle before the flood, its peak
+//! (VmHWM), settled with every object applied, and after the Descriptions are deleted and their
+//! objects removed from the child, with the time to apply and to remove them and the CPU seconds
+//! spent. The agent keeps every Description of its namespace in its cache, so the settled figure
+//! grows with their count and size; what must not happen is growth without bound (a leak or an
+//! unbounded queue). Run with `just bench` (or `cargo bench --bench agent_flood`).
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::time::{Duration, Instant};
+
+use clusternet::apis::Description;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use serde_json::json;
+use support::{Cluster, ProcUsage, TestEnv, register, uid};
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// How many of the flood's ConfigMaps the child holds.
+async fn applied(child: &kube::Client, ns: &str) -> usize {
+    Api::<ConfigMap>::namespaced(child.clone(), ns)
+        .list(&ListParams::default().labels("bench=agent-flood"))
+        .await
+        .map(|l| l.items.len())
+        .unwrap_or(0)
+}
+
+/// Samples the agent every second until `done` holds or `limit` passes; the highest VmRSS seen.
+async fn sample_until<F, Fut>(cluster: &Cluster, limit: Duration, mut done: F) -> (Duration, f64)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    let mut highest: f64 = 0.0;
+    loop {
+        highest = highest.max(cluster.agent.usage().rss_mib);
+        if done().await {
+            return (start.elapsed(), highest);
+        }
+        assert!(
+            start.elapsed() < limit,
+            "not done within {} s",
+            limit.as_secs()
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let count = env_usize("AGENT_FLOOD_DESCRIPTIONS", 1000);
+    let env = TestEnv::get();
+    env.with_controller();
+    let id = uid();
+    let clusters = register(env, &id, &[1], "Pull", &[]).await;
+    let cluster = &clusters[0];
+    let parent = env.parent().await;
+    let target = format!("flood-{id}");
+    support::ensure_namespace(&cluster.child, &target).await;
+    // the agent's own start-up (lists, first heartbeats) is over
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let idle = cluster.agent.usage();
+
+    let descriptions: Api<Description> = Api::namespaced(parent.clone(), &cluster.dedicated);
+    let filler = "x".repeat(1024);
+    let start = Instant::now();
+    for i in 0..count {
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("flood-{i}"), "namespace": target,
+                "labels": {"bench": "agent-flood"}},
+            "data": {"filler": filler, "i": i.to_string()}});
+        let raw = serde_json::to_vec(&cm).expect("a ConfigMap's JSON");
+        let desc: Description = serde_json::from_value(json!({
+            "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Description",
+            "metadata": {"name": format!("flood-{id}-{i}"), "labels": {"bench": "agent-flood"}},
+            "spec": {"deployer": "Generic", "raw": [k8s_openapi::ByteString(raw)]}}))
+        .expect("a Description");
+        descriptions
+            .create(&PostParams::default(), &desc)
+            .await
+            .expect("creating a Description");
+    }
+    let created = start.elapsed();
+    let child = cluster.child.clone();
+    let (_, during) = sample_until(cluster, Duration::from_secs(900), || {
+        let child = child.clone();
+        let target = target.clone();
+        async move { applied(&child, &target).await >= count }
+    })
+    .await;
+    let apply_time = start.elapsed();
+    // settled: the status writes and watch echoes of the flood are over
+    let mut settling: f64 = 0.0;
+    for _ in 0..60 {
+        settling = settling.max(cluster.agent.usage().rss_mib);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let settled = cluster.agent.usage();
+
+    let removal = Instant::now();
+    descriptions
+        .delete_collection(
+            &DeleteParams::default(),
+            &ListParams::default().labels("bench=agent-flood"),
+        )
+        .await
+        .expect("deleting the Descriptions");
+    let (_, removing) = sample_until(cluster, Duration::from_secs(900), || {
+        let child = child.clone();
+        let target = target.clone();
+        async move { applied(&child, &target).await == 0 }
+    })
+    .await;
+    let removal_time = removal.elapsed();
+    // the allocator hands freed pages back lazily: look again after a quiet minute
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let after = cluster.agent.usage();
+    let highest = during.max(settling).max(removing);
+    let peak = ProcUsage {
+        peak_rss_mib: after.peak_rss_mib.max(highest),
+        ..after
+    };
+    println!(
+        "agent_flood: {count} Descriptions created in {:.1} s, all applied {:.1} s after the first, removed {:.1} s after deletion",
+        created.as_secs_f64(),
+        apply_time.as_secs_f64(),
+        removal_time.as_secs_f64()
+    );
+    println!(
+        "| Descriptions | agent idle | peak (VmHWM) | settled, all applied | after deletion | CPU for the flood |"
+    );
+    println!("|---|---|---|---|---|---|");
+    println!(
+        "| {count} | {:.1} MiB | {:.1} MiB | {:.1} MiB | {:.1} MiB | {:.1} s |",
+        idle.rss_mib,
+        peak.peak_rss_mib,
+        settled.rss_mib,
+        after.rss_mib,
+        after.cpu_seconds - idle.cpu_seconds
+    );
+}
