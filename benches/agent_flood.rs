@@ -13,7 +13,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use clusternet::apis::Description;
+use clusternet::apis::{Description, known};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
@@ -57,21 +57,24 @@ where
     }
 }
 
-#[tokio::main]
-async fn main() {
-    let count = env_usize("AGENT_FLOOD_DESCRIPTIONS", 1000);
-    let env = TestEnv::get();
-    env.with_controller();
-    let id = uid();
-    let clusters = register(env, &id, &[1], "Pull", &[]).await;
-    let cluster = &clusters[0];
-    let parent = env.parent().await;
-    let target = format!("flood-{id}");
-    support::ensure_namespace(&cluster.child, &target).await;
-    // the agent's own start-up (lists, first heartbeats) is over
-    tokio::time::sleep(Duration::from_secs(20)).await;
-    let idle = cluster.agent.usage();
+/// One flood: `count` Descriptions created, applied, settled, deleted and removed.
+struct Round {
+    created: Duration,
+    applied: Duration,
+    removed: Duration,
+    /// The highest VmRSS sampled while applying, settling and removing.
+    highest: f64,
+    settled: ProcUsage,
+    after: ProcUsage,
+}
 
+async fn flood(
+    cluster: &Cluster,
+    parent: &kube::Client,
+    target: &str,
+    id: &str,
+    count: usize,
+) -> Round {
     let descriptions: Api<Description> = Api::namespaced(parent.clone(), &cluster.dedicated);
     let filler = "x".repeat(1024);
     let start = Instant::now();
@@ -83,7 +86,9 @@ async fn main() {
         let raw = serde_json::to_vec(&cm).expect("a ConfigMap's JSON");
         let desc: Description = serde_json::from_value(json!({
             "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Description",
-            "metadata": {"name": format!("flood-{id}-{i}"), "labels": {"bench": "agent-flood"}},
+            // as the controller writes them: the finalizer makes deletion remove the objects
+            "metadata": {"name": format!("flood-{id}-{i}"), "labels": {"bench": "agent-flood"},
+                "finalizers": [known::APP_FINALIZER]},
             "spec": {"deployer": "Generic", "raw": [k8s_openapi::ByteString(raw)]}}))
         .expect("a Description");
         descriptions
@@ -94,12 +99,11 @@ async fn main() {
     let created = start.elapsed();
     let child = cluster.child.clone();
     let (_, during) = sample_until(cluster, Duration::from_secs(900), || {
-        let child = child.clone();
-        let target = target.clone();
+        let (child, target) = (child.clone(), target.to_string());
         async move { applied(&child, &target).await >= count }
     })
     .await;
-    let apply_time = start.elapsed();
+    let applied_after = start.elapsed();
     // settled: the status writes and watch echoes of the flood are over
     let mut settling: f64 = 0.0;
     for _ in 0..60 {
@@ -107,7 +111,6 @@ async fn main() {
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     let settled = cluster.agent.usage();
-
     let removal = Instant::now();
     descriptions
         .delete_collection(
@@ -117,36 +120,62 @@ async fn main() {
         .await
         .expect("deleting the Descriptions");
     let (_, removing) = sample_until(cluster, Duration::from_secs(900), || {
-        let child = child.clone();
-        let target = target.clone();
+        let (child, target) = (child.clone(), target.to_string());
         async move { applied(&child, &target).await == 0 }
     })
     .await;
-    let removal_time = removal.elapsed();
+    let removed = removal.elapsed();
     // the allocator hands freed pages back lazily: look again after a quiet minute
     tokio::time::sleep(Duration::from_secs(60)).await;
-    let after = cluster.agent.usage();
-    let highest = during.max(settling).max(removing);
-    let peak = ProcUsage {
-        peak_rss_mib: after.peak_rss_mib.max(highest),
-        ..after
-    };
+    Round {
+        created,
+        applied: applied_after,
+        removed,
+        highest: during.max(settling).max(removing),
+        settled,
+        after: cluster.agent.usage(),
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let count = env_usize("AGENT_FLOOD_DESCRIPTIONS", 1000);
+    // a second flood into the same agent shows whether memory comes back to the same level
+    // (bounded) or climbs (a leak)
+    let rounds = env_usize("AGENT_FLOOD_ROUNDS", 2);
+    let env = TestEnv::get();
+    env.with_controller();
+    let id = uid();
+    let clusters = register(env, &id, &[1], "Pull", &[]).await;
+    let cluster = &clusters[0];
+    let parent = env.parent().await;
+    let target = format!("flood-{id}");
+    support::ensure_namespace(&cluster.child, &target).await;
+    // the agent's own start-up (lists, first heartbeats) is over
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let idle = cluster.agent.usage();
     println!(
-        "agent_flood: {count} Descriptions created in {:.1} s, all applied {:.1} s after the first, removed {:.1} s after deletion",
-        created.as_secs_f64(),
-        apply_time.as_secs_f64(),
-        removal_time.as_secs_f64()
+        "| round | Descriptions | agent idle before | highest during | settled, all applied | after deletion | created in | all applied after | removed after | CPU for the round |"
     );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    let mut before = idle;
+    for round in 1..=rounds {
+        let r = flood(cluster, &parent, &target, &id, count).await;
+        println!(
+            "| {round} | {count} | {:.1} MiB | {:.1} MiB | {:.1} MiB | {:.1} MiB | {:.1} s | {:.1} s | {:.1} s | {:.1} s |",
+            before.rss_mib,
+            r.highest,
+            r.settled.rss_mib,
+            r.after.rss_mib,
+            r.created.as_secs_f64(),
+            r.applied.as_secs_f64(),
+            r.removed.as_secs_f64(),
+            r.after.cpu_seconds - before.cpu_seconds
+        );
+        before = r.after;
+    }
     println!(
-        "| Descriptions | agent idle | peak (VmHWM) | settled, all applied | after deletion | CPU for the flood |"
-    );
-    println!("|---|---|---|---|---|---|");
-    println!(
-        "| {count} | {:.1} MiB | {:.1} MiB | {:.1} MiB | {:.1} MiB | {:.1} s |",
-        idle.rss_mib,
-        peak.peak_rss_mib,
-        settled.rss_mib,
-        after.rss_mib,
-        after.cpu_seconds - idle.cpu_seconds
+        "agent_flood: peak (VmHWM) {:.1} MiB over {rounds} rounds of {count} Descriptions",
+        cluster.agent.usage().peak_rss_mib.max(before.peak_rss_mib)
     );
 }
