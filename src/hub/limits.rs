@@ -1,14 +1,13 @@
 //! Resource limits of the hub (issue #21): how many long-running requests (shadow API watches
 //! and watches proxied into children) one user may hold open at once ([`WatchLimits`]), and the
 //! idle timeout of proxied connections ([`copy_bidirectional_idle`] for exec/attach/port-forward
-//! upgrades, [`IdleBody`] for streamed responses). The cap on agent tunnel sessions per cluster
+//! upgrades, [`idle_limited`] for streamed responses). The cap on agent tunnel sessions per cluster
 //! lives with the sessions, in `tunnel::server`. Request bodies are bounded in `server.rs`.
 //!
 //! Metrics: `clusternet_hub_watches_open` (gauge of watches counted against a user's cap) and
 //! `clusternet_hub_watches_refused_total` (watches refused over the cap).
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,9 +16,9 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body::{Body, Frame, SizeHint};
+use http_body::Frame;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
-use tokio::time::{Instant, Sleep};
+use tokio::time::Instant;
 
 use super::authn::UserInfo;
 use super::body::{BoxError, HubBody};
@@ -174,73 +173,65 @@ pub fn holding<G: Send + 'static>(body: HubBody, guard: G) -> HubBody {
 #[error("no data for {0:?}: the proxied connection was idle and is closed")]
 pub struct IdleTimeout(pub Duration);
 
-/// A response body that fails with [`IdleTimeout`] when no frame came for `idle` (zero: never),
-/// so a streamed proxied response (a watch, `logs -f`) whose child went quiet does not hold the
-/// hub's connection and the tunnel's forever. Failing the body makes hyper close the caller's
-/// connection; dropping the child's body closes the connection to the child.
-pub struct IdleBody {
+/// A streamed proxied response (a watch, `logs -f`) with the idle timeout `idle` (zero: never) in
+/// both directions, holding `guard` (a watch's place under its user's cap) while it runs:
+///
+/// - the child sends nothing for `idle`: the caller gets an [`IdleTimeout`] error, which makes
+///   hyper close its connection;
+/// - the caller takes nothing for `idle` (it stopped reading, so hyper stopped asking for the next
+///   frame): the response is given up.
+///
+/// Either way the child's body is dropped (closing the connection into the child and its tunnel
+/// stream) and the guard is released, so a caller that stops reading cannot pin a watch place, a
+/// tunnel stream and the child's watch forever. The frames are pumped by a task of their own
+/// through a channel of one, because a body nobody polls cannot notice its own timeout.
+pub fn idle_limited<G: Send + 'static>(
     body: HubBody,
     idle: Duration,
-    deadline: Pin<Box<Sleep>>,
     what: String,
-    done: bool,
-}
-
-impl IdleBody {
-    pub fn new(body: HubBody, idle: Duration, what: impl Into<String>) -> IdleBody {
-        IdleBody {
-            body,
-            idle,
-            deadline: Box::pin(tokio::time::sleep(idle)),
-            what: what.into(),
-            done: false,
-        }
+    guard: Option<G>,
+) -> HubBody {
+    use http_body_util::BodyExt;
+    if idle.is_zero() {
+        return match guard {
+            Some(g) => holding(body, g),
+            None => body,
+        };
     }
-}
-
-impl Body for IdleBody {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = &mut *self;
-        if this.done {
-            return Poll::Ready(None);
-        }
-        match Pin::new(&mut this.body).poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) => {
-                if !this.idle.is_zero() {
-                    let next = Instant::now() + this.idle;
-                    this.deadline.as_mut().reset(next);
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, BoxError>>(1);
+    tokio::spawn(async move {
+        let _held = guard;
+        let mut body = body;
+        loop {
+            // the caller hanging up ends it at once, not at the child's next frame
+            let next = tokio::select! {
+                () = tx.closed() => return,
+                next = tokio::time::timeout(idle, body.frame()) => next,
+            };
+            let frame = match next {
+                Ok(Some(frame)) => frame,
+                Ok(None) => return,
+                Err(_) => {
+                    tracing::info!(target = %what, ?idle, "closing an idle proxied response");
+                    // a full channel here means the caller is not reading either: nothing to tell
+                    let _ = tx.try_send(Err(Box::new(IdleTimeout(idle))));
+                    return;
                 }
-                Poll::Ready(Some(Ok(frame)))
-            }
-            Poll::Ready(other) => {
-                this.done = true;
-                Poll::Ready(other)
-            }
-            Poll::Pending => {
-                if this.idle.is_zero() {
-                    return Poll::Pending;
+            };
+            let failed = frame.is_err();
+            match tokio::time::timeout(idle, tx.send(frame)).await {
+                Ok(Ok(())) if !failed => {}
+                // the response ended (an error passed on) or the caller went away
+                Ok(_) => return,
+                Err(_) => {
+                    tracing::info!(target = %what, ?idle, "closing a proxied response whose caller stopped reading");
+                    return;
                 }
-                ready!(this.deadline.as_mut().poll(cx));
-                this.done = true;
-                tracing::info!(target = %this.what, idle = ?this.idle, "closing an idle proxied response");
-                Poll::Ready(Some(Err(Box::new(IdleTimeout(this.idle)))))
             }
         }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.done || self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
-    }
+    });
+    http_body_util::StreamBody::new(futures::stream::poll_fn(move |cx| rx.poll_recv(cx)))
+        .boxed_unsync()
 }
 
 /// When bytes last moved through a [`Tracked`] stream.
@@ -521,7 +512,8 @@ mod tests {
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, BoxError>>(4);
         let stream = tokio_stream_from(rx);
         let body = super::super::body::boxed(http_body_util::StreamBody::new(stream));
-        let mut body = IdleBody::new(body, Duration::from_millis(300), "test");
+        let (guard, released) = tokio::sync::oneshot::channel::<()>();
+        let mut body = idle_limited(body, Duration::from_millis(300), "test".into(), Some(guard));
         for _ in 0..5 {
             tokio::time::sleep(Duration::from_millis(100)).await;
             tx.send(Ok(Frame::data(Bytes::from_static(b"event\n"))))
@@ -537,7 +529,40 @@ mod tests {
             .expect_err("an error");
         assert!(err.to_string().contains("idle"), "{err}");
         assert!(body.frame().await.is_none(), "and the body is over");
-        drop(tx);
+        assert!(released.await.is_err(), "the guard is released");
+        assert!(tx.is_closed(), "the child's body is dropped");
+    }
+
+    #[tokio::test]
+    async fn a_caller_that_stops_reading_gives_the_response_up() {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, BoxError>>(4);
+        let body =
+            super::super::body::boxed(http_body_util::StreamBody::new(tokio_stream_from(rx)));
+        let (guard, released) = tokio::sync::oneshot::channel::<()>();
+        let mut body = idle_limited(body, Duration::from_millis(300), "test".into(), Some(guard));
+        tx.send(Ok(Frame::data(Bytes::from_static(b"first\n"))))
+            .await
+            .expect("send");
+        assert!(body.frame().await.is_some(), "read once");
+        // the child keeps sending, the caller reads no more (its body is never polled again)
+        let child = tokio::spawn(async move {
+            while tx
+                .send(Ok(Frame::data(Bytes::from_static(b"event\n"))))
+                .await
+                .is_ok()
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        });
+        tokio::time::timeout(Duration::from_secs(5), released)
+            .await
+            .expect("the guard is released within the idle timeout")
+            .expect_err("dropped, not sent");
+        tokio::time::timeout(Duration::from_secs(5), child)
+            .await
+            .expect("the child's body is dropped, its sender fails")
+            .expect("the child task");
+        drop(body);
     }
 
     fn tokio_stream_from<T: Send + 'static>(

@@ -470,11 +470,7 @@ async fn proxy(
     let (mut parts, body) = resp.into_parts();
     strip_hop_by_hop(&mut parts.headers, false);
     let what = format!("{cluster_id} {}", target.authority);
-    let body = boxed(limits::IdleBody::new(boxed(body), idle, what));
-    let body = match watch_guard {
-        Some(guard) => limits::holding(body, guard),
-        None => body,
-    };
+    let body = limits::idle_limited(boxed(body), idle, what, watch_guard);
     Ok(Response::from_parts(parts, body))
 }
 
