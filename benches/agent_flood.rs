@@ -19,13 +19,6 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
 use support::{Cluster, ProcUsage, TestEnv, register, uid};
 
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 /// How many of the flood's ConfigMaps the child holds.
 async fn applied(child: &kube::Client, ns: &str) -> usize {
     Api::<ConfigMap>::namespaced(child.clone(), ns)
@@ -139,10 +132,10 @@ async fn flood(
 
 #[tokio::main]
 async fn main() {
-    let count = env_usize("AGENT_FLOOD_DESCRIPTIONS", 1000);
+    let count: usize = support::env_or("AGENT_FLOOD_DESCRIPTIONS", 1000);
     // a second flood into the same agent shows whether memory comes back to the same level
     // (bounded) or climbs (a leak)
-    let rounds = env_usize("AGENT_FLOOD_ROUNDS", 2);
+    let rounds: usize = support::env_or("AGENT_FLOOD_ROUNDS", 2);
     let env = TestEnv::get();
     env.with_controller();
     let id = uid();

@@ -24,10 +24,7 @@ const RUNS: usize = 30;
 const BROWSER_RUNS: usize = 5;
 
 fn objects() -> usize {
-    std::env::var("DASHBOARD_BENCH_OBJECTS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1000)
+    support::env_or("DASHBOARD_BENCH_OBJECTS", 1000)
 }
 
 /// `GET path` through the parent: the status and the body's size.

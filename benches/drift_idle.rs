@@ -17,17 +17,10 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::{TestEnv, TestNamespace, register, uid};
 
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 #[tokio::main]
 async fn main() {
-    let subscriptions = env_usize("DRIFT_BENCH_SUBSCRIPTIONS", 334);
-    let idle = Duration::from_secs(env_usize("DRIFT_BENCH_IDLE_SECS", 300) as u64);
+    let subscriptions: usize = support::env_or("DRIFT_BENCH_SUBSCRIPTIONS", 334);
+    let idle = Duration::from_secs(support::env_or("DRIFT_BENCH_IDLE_SECS", 300u64));
     let env = TestEnv::get();
     env.with_controller();
     let id = uid();

@@ -33,10 +33,7 @@ fn controller_pid(env: &TestEnv) -> Option<u32> {
 
 #[tokio::main]
 async fn main() {
-    let minutes: u64 = std::env::var("HELM_BENCH_MINUTES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(30);
+    let minutes: u64 = support::env_or("HELM_BENCH_MINUTES", 30);
     let env = TestEnv::get();
     env.with_controller();
     let parent = env.parent().await;

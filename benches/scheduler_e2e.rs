@@ -24,10 +24,7 @@ use support::{Clusternet, TestEnv, TestNamespace, percentile, uid};
 
 const CLUSTERS: usize = 100;
 fn subscriptions() -> usize {
-    std::env::var("BENCH_SUBSCRIPTIONS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(200)
+    support::env_or("BENCH_SUBSCRIPTIONS", 200)
 }
 
 fn ratio(ours: &[Duration], bare: &[Duration], p: f64) -> f64 {

@@ -39,10 +39,7 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Subscriptions per case: `CLUSTERNET_CHAOS_SUBSCRIPTIONS` (`just chaos` sets 100).
 fn load_size() -> usize {
-    std::env::var("CLUSTERNET_CHAOS_SUBSCRIPTIONS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(30)
+    support::env_or("CLUSTERNET_CHAOS_SUBSCRIPTIONS", 30)
 }
 
 /// Every case must converge within this long after its fault ends (the goal is 30 s for process

@@ -253,17 +253,19 @@ impl SessionRegistry {
     /// proxied request for that long although the new session works.
     pub fn get(&self, cluster_id: &str) -> Option<SessionHandle> {
         let inner = self.lock();
-        let open: Vec<&SessionHandle> = inner
-            .sessions
-            .get(cluster_id)?
-            .iter()
-            .map(|(_, handle)| handle)
-            .filter(|handle| !handle.is_closed())
-            .collect();
-        open.iter()
+        let open = || {
+            inner
+                .sessions
+                .get(cluster_id)
+                .into_iter()
+                .flatten()
+                .map(|(_, handle)| handle)
+                .filter(|handle| !handle.is_closed())
+        };
+        open()
             .find(|handle| handle.silent_for() < self.stale_after)
-            .or(open.first())
-            .map(|handle| (*handle).clone())
+            .or_else(|| open().next())
+            .cloned()
     }
 
     /// Cluster IDs with at least one live session, sorted.

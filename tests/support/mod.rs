@@ -459,6 +459,15 @@ impl Drop for Clusternet {
     }
 }
 
+/// The value of environment variable `name`, or `default` when it is unset or does not parse
+/// (the benches' and the chaos suite's size knobs).
+pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// The `p` quantile (0..=1) of ascending `sorted` durations, nearest rank; zero when empty.
 pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted
