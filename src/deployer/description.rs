@@ -195,14 +195,25 @@ pub async fn reconcile(
     match start(&desc) {
         Start::Nothing => return Ok(Action::await_change()),
         Start::Offload => {
-            if let Err(message) = child.offload(&desc, &elsewhere).await {
-                events.warn(desc.as_ref(), "FailedDeletingDescription", &message);
-                return Err(DeployError::Offload {
-                    desc: key(&desc),
-                    message,
-                });
-            }
-            info!(description = %key(&desc), "deleted its objects from the child");
+            let done = match child.offload(&desc, &elsewhere).await {
+                Ok(done) => done,
+                Err(message) => {
+                    events.warn(desc.as_ref(), "FailedDeletingDescription", &message);
+                    return Err(DeployError::Offload {
+                        desc: key(&desc),
+                        message,
+                    });
+                }
+            };
+            info!(
+                description = %key(&desc),
+                deleted = done.deleted,
+                handed_over = done.handed_over,
+                absent = done.absent,
+                not_ours = done.not_ours,
+                not_served = done.not_served,
+                "deleted its objects from the child"
+            );
             release_finalizer(api, &desc).await?;
             return Ok(Action::await_change());
         }

@@ -640,7 +640,7 @@ impl ChildCluster {
         r: &ObjectRef,
         owner: &str,
         elsewhere: &[Wanted],
-    ) -> Result<(), String> {
+    ) -> Result<Let, String> {
         let api = self.api_for(r).await?;
         self.applied
             .lock()
@@ -648,7 +648,7 @@ impl ChildCluster {
             .remove(&format!("{owner}/{}", r.display()));
         let live = match api.get_opt(&r.name).await {
             Ok(Some(l)) => l,
-            Ok(None) => return Ok(()),
+            Ok(None) => return Ok(Let::Absent),
             Err(e) => return Err(api_message(&e)),
         };
         let ours = live
@@ -657,7 +657,7 @@ impl ChildCluster {
             .map(String::as_str)
             == Some(owner);
         if !ours {
-            return Ok(());
+            return Ok(Let::NotOurs);
         }
         if let Some(heir) = elsewhere.iter().find(|w| w.object.same_object(r)) {
             let patch = serde_json::json!({"metadata": {
@@ -669,55 +669,122 @@ impl ChildCluster {
             {
                 Ok(_) => {
                     tracing::info!(object = %r.display(), from = owner, to = %heir.owner, "kept: another Description still wants it");
-                    Ok(())
+                    Ok(Let::HandedOver)
                 }
-                Err(e) if api_code(&e) == Some(404) => Ok(()),
+                Err(e) if api_code(&e) == Some(404) => Ok(Let::Absent),
                 Err(e) => Err(api_message(&e)),
             };
         }
         match api.delete(&r.name, &DeleteParams::background()).await {
-            Ok(_) => Ok(()),
-            Err(e) if api_code(&e) == Some(404) => Ok(()),
+            Ok(_) => Ok(Let::Deleted),
+            Err(e) if api_code(&e) == Some(404) => Ok(Let::Absent),
             Err(e) => Err(api_message(&e)),
         }
     }
 
+    /// Whether the child itself answers discovery (its core API group lists): only then is a
+    /// "does not serve kind" the child's own word rather than a proxy in between failing.
+    async fn answers_discovery(&self) -> Result<(), String> {
+        self.client
+            .list_core_api_resources("v1")
+            .await
+            .map(|_| ())
+            .map_err(|e| format!("the child does not answer discovery: {e}"))
+    }
+
     /// §8.3: deletes every object of the Description (and any it applied before), in reverse
     /// order, except what another Description of this child still wants (`elsewhere`).
-    pub async fn offload(&self, desc: &Description, elsewhere: &[Wanted]) -> Result<(), String> {
+    pub async fn offload(
+        &self,
+        desc: &Description,
+        elsewhere: &[Wanted],
+    ) -> Result<Offloaded, String> {
         let owner = format!(
             "{}.{}",
             desc.namespace().unwrap_or_default(),
             desc.name_any()
         );
-        let mut refs: Vec<ObjectRef> = desc
-            .spec
-            .raw
-            .iter()
-            .filter_map(|raw| serde_json::from_slice::<Value>(&raw.0).ok())
-            .filter_map(|v| ObjectRef::of(&v))
-            .collect();
-        for s in desc.status.iter().flat_map(|s| s.manifest_statuses.iter()) {
-            let r = ref_of_status(s);
-            if !refs.iter().any(|x| x.same_object(&r)) {
-                refs.push(r);
-            }
-        }
-        refs.sort_by_key(|r| std::cmp::Reverse(kind_rank(&r.kind)));
+        let refs = offload_refs(desc);
+        let mut done = Offloaded::default();
         let mut errors = Vec::new();
         for r in &refs {
-            if let Err(e) = self.delete_one(r, &owner, elsewhere).await {
-                // an unknown kind was never created: nothing to delete
-                if !e.contains("does not serve kind") {
-                    errors.push(format!("{}: {e}", r.display()));
+            let outcome = match self.delete_one(r, &owner, elsewhere).await {
+                // an unknown kind was never created: nothing to delete, once the child itself
+                // says so (a proxy failing on the way must not count as "nothing there")
+                Err(e) if e.contains("does not serve kind") => {
+                    self.answers_discovery().await.map(|()| Let::NotServed)
                 }
+                other => other,
+            };
+            match outcome {
+                Ok(l) => {
+                    tracing::debug!(object = %r.display(), %owner, outcome = ?l, "offload");
+                    done.count(l);
+                }
+                Err(e) => errors.push(format!("{}: {e}", r.display())),
             }
         }
         if errors.is_empty() {
-            Ok(())
+            Ok(done)
         } else {
             Err(errors.join("; "))
         }
+    }
+}
+
+/// Every object an offload of `desc` looks at: what it holds and what its status says was
+/// deployed before, namespaces and CRDs last.
+fn offload_refs(desc: &Description) -> Vec<ObjectRef> {
+    let mut refs: Vec<ObjectRef> = desc
+        .spec
+        .raw
+        .iter()
+        .filter_map(|raw| serde_json::from_slice::<Value>(&raw.0).ok())
+        .filter_map(|v| ObjectRef::of(&v))
+        .collect();
+    for s in desc.status.iter().flat_map(|s| s.manifest_statuses.iter()) {
+        let r = ref_of_status(s);
+        if !refs.iter().any(|x| x.same_object(&r)) {
+            refs.push(r);
+        }
+    }
+    refs.sort_by_key(|r| std::cmp::Reverse(kind_rank(&r.kind)));
+    refs
+}
+
+/// What an offload did with one object.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Let {
+    Deleted,
+    /// Another Description of the child still wants it: re-pointed to that one.
+    HandedOver,
+    /// Not in the child (never created, or already gone).
+    Absent,
+    /// An object of that name that this Description does not own: left alone.
+    NotOurs,
+    /// The child does not serve its kind: it was never created.
+    NotServed,
+}
+
+/// What an offload did, object by object, for its log line.
+#[derive(Debug, Default, PartialEq)]
+pub struct Offloaded {
+    pub deleted: usize,
+    pub handed_over: usize,
+    pub absent: usize,
+    pub not_ours: usize,
+    pub not_served: usize,
+}
+
+impl Offloaded {
+    fn count(&mut self, l: Let) {
+        *match l {
+            Let::Deleted => &mut self.deleted,
+            Let::HandedOver => &mut self.handed_over,
+            Let::Absent => &mut self.absent,
+            Let::NotOurs => &mut self.not_ours,
+            Let::NotServed => &mut self.not_served,
+        } += 1;
     }
 }
 
@@ -872,6 +939,39 @@ mod tests {
                 ));
         }
         d
+    }
+
+    #[test]
+    fn an_offload_looks_at_held_and_deployed_objects_and_counts_what_it_did() {
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "x"}});
+        let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "x"}});
+        let mut d = desc("c1", "d1", &[ns, cm], true);
+        d.status = Some(
+            serde_json::from_value(json!({"manifestStatuses": [
+            {"apiVersion": "v1", "kind": "Secret", "namespace": "x", "name": "old"},
+            {"apiVersion": "v1", "kind": "ConfigMap", "namespace": "x", "name": "a"}]}))
+            .expect("a status"),
+        );
+        let kinds: Vec<String> = offload_refs(&d).iter().map(|r| r.display()).collect();
+        // no object twice, and the namespace after what lives in it
+        assert_eq!(kinds.len(), 3, "{kinds:?}");
+        assert!(
+            kinds.last().is_some_and(|k| k.contains("Namespace")),
+            "{kinds:?}"
+        );
+        let mut done = Offloaded::default();
+        for l in [Let::Deleted, Let::Deleted, Let::Absent, Let::NotServed] {
+            done.count(l);
+        }
+        assert_eq!(
+            done,
+            Offloaded {
+                deleted: 2,
+                absent: 1,
+                not_served: 1,
+                ..Default::default()
+            }
+        );
     }
 
     #[test]
