@@ -21,7 +21,7 @@ use kube::api::{Api, DeleteParams, ListParams};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
@@ -350,25 +350,33 @@ fn key(export: &ServiceExport) -> String {
     )
 }
 
+fn parent_err(
+    export: &ServiceExport,
+    what: &'static str,
+) -> impl FnOnce(kube::Error) -> ExportError {
+    let export = key(export);
+    move |source| ExportError::Parent {
+        export,
+        what,
+        source,
+    }
+}
+
+fn child_err(
+    export: &ServiceExport,
+    what: &'static str,
+) -> impl FnOnce(kube::Error) -> ExportError {
+    let export = key(export);
+    move |source| ExportError::Child {
+        export,
+        what,
+        source,
+    }
+}
+
 async fn reconcile(ctx: &Ctx, export: Arc<ServiceExport>) -> Result<Action, ExportError> {
     let ns = export.namespace().unwrap_or_default();
     let name = export.name_any();
-    let parent_err = |what: &'static str| {
-        let export = key(&export);
-        move |source| ExportError::Parent {
-            export,
-            what,
-            source,
-        }
-    };
-    let child_err = |what: &'static str| {
-        let export = key(&export);
-        move |source| ExportError::Child {
-            export,
-            what,
-            source,
-        }
-    };
     let copies = ListParams::default().labels(&format!(
         "{}={}",
         known::KUBERNETES_SERVICE_NAME_LABEL,
@@ -379,27 +387,24 @@ async fn reconcile(ctx: &Ctx, export: Arc<ServiceExport>) -> Result<Action, Expo
         ctx.parent
             .delete_collection(&DeleteParams::default(), &copies)
             .await
-            .map_err(parent_err("deleting its EndpointSlices in the parent"))?;
+            .map_err(parent_err(
+                &export,
+                "deleting its EndpointSlices in the parent",
+            ))?;
         apply::release_finalizer(&exports, export.as_ref(), known::APP_FINALIZER)
             .await
-            .map_err(child_err("releasing the finalizer"))?;
+            .map_err(child_err(&export, "releasing the finalizer"))?;
         info!(serviceexport = %key(&export), "export withdrawn from the parent");
         return Ok(Action::await_change());
     }
-    if !export
-        .finalizers()
-        .iter()
-        .any(|f| f == known::APP_FINALIZER)
-    {
-        let body = apply::body::<ServiceExport>(
-            &name,
-            Some(&ns),
-            serde_json::Map::from_iter([("finalizers".into(), json!([known::APP_FINALIZER]))]),
-        );
-        apply::apply(&exports, FIELD_MANAGER, &name, &body)
-            .await
-            .map_err(child_err("adding the finalizer"))?;
-    }
+    apply::hold_finalizer(
+        &exports,
+        FIELD_MANAGER,
+        export.as_ref(),
+        known::APP_FINALIZER,
+    )
+    .await
+    .map_err(child_err(&export, "adding the finalizer"))?;
     let service = ctx
         .services
         .get(&ObjectRef::<Service>::new(&name).within(&ns));
@@ -408,7 +413,10 @@ async fn reconcile(ctx: &Ctx, export: Arc<ServiceExport>) -> Result<Action, Expo
         .parent
         .list(&copies)
         .await
-        .map_err(parent_err("listing its EndpointSlices in the parent"))?
+        .map_err(parent_err(
+            &export,
+            "listing its EndpointSlices in the parent",
+        ))?
         .items;
     let plan = plan_export(
         &export,
@@ -422,27 +430,26 @@ async fn reconcile(ctx: &Ctx, export: Arc<ServiceExport>) -> Result<Action, Expo
         let slice = body["metadata"]["name"].as_str().unwrap_or_default();
         apply::apply(&ctx.parent, FIELD_MANAGER, slice, body)
             .await
-            .map_err(parent_err("writing an EndpointSlice to the parent"))?;
+            .map_err(parent_err(
+                &export,
+                "writing an EndpointSlice to the parent",
+            ))?;
     }
     for slice in &plan.deletes {
-        apply::delete(&ctx.parent, slice)
-            .await
-            .map_err(parent_err("deleting a stale EndpointSlice in the parent"))?;
+        apply::delete(&ctx.parent, slice).await.map_err(parent_err(
+            &export,
+            "deleting a stale EndpointSlice in the parent",
+        ))?;
     }
     if !plan.upserts.is_empty() || !plan.deletes.is_empty() {
         info!(serviceexport = %key(&export), written = plan.upserts.len(), deleted = plan.deletes.len(), "EndpointSlices exported to the parent");
     }
     let conditions = vec![plan.valid, plan.conflict];
     if export.status.as_ref().map(|s| &s.conditions) != Some(&conditions) {
-        let status = ServiceExportStatus { conditions };
-        apply::write_status(
-            &exports,
-            FIELD_MANAGER,
-            export.as_ref(),
-            serde_json::to_value(&status).unwrap_or_default(),
-        )
-        .await
-        .map_err(child_err("writing its status"))?;
+        let status = serde_json::to_value(ServiceExportStatus { conditions }).unwrap_or_default();
+        apply::write_status(&exports, FIELD_MANAGER, export.as_ref(), status)
+            .await
+            .map_err(child_err(&export, "writing its status"))?;
     }
     Ok(Action::requeue(RESYNC))
 }
@@ -451,6 +458,7 @@ async fn reconcile(ctx: &Ctx, export: Arc<ServiceExport>) -> Result<Action, Expo
 mod tests {
     use super::*;
     use k8s_openapi::api::discovery::v1::{Endpoint, EndpointPort};
+    use serde_json::json;
 
     fn export(labels: Value) -> ServiceExport {
         serde_json::from_value(json!({

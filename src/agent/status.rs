@@ -301,30 +301,112 @@ pub async fn collect(
 ) -> ManagedClusterStatus {
     let cfg = &rt.config;
     let client = &rt.client;
-    let (k8s_version, platform) =
-        match tokio::time::timeout(CHILD_CALL_TIMEOUT, client.apiserver_version()).await {
-            Ok(Ok(v)) => (v.git_version, v.platform),
-            Ok(Err(e)) => {
-                debug!(error = %e, "reading the child's version failed");
-                (String::new(), String::new())
-            }
-            Err(_) => {
-                debug!("reading the child's version timed out");
-                (String::new(), String::new())
-            }
-        };
+    let (k8s_version, platform) = child_version(client).await;
     let (healthz, livez, readyz) = tokio::join!(
         probe(client, "/healthz"),
         probe(client, "/livez"),
         probe(client, "/readyz")
     );
+    let nodes = summarize_nodes(&nodes.state());
+    let ready = health.observe(
+        (livez && readyz) || healthz,
+        Instant::now(),
+        cfg.cluster_health_failure_window,
+    );
+    let (cluster_cidr, service_cidr) =
+        tokio::time::timeout(CHILD_CALL_TIMEOUT, discover_cidrs(client))
+            .await
+            .unwrap_or_default();
+    ManagedClusterStatus {
+        last_observed_time: None,
+        k8s_version,
+        agent_version: format!("v{}", crate::VERSION),
+        platform,
+        apiserver_url: rt.cluster_url.clone(),
+        healthz,
+        livez,
+        readyz,
+        app_pusher: Some(cfg.gate(known::APP_PUSHER)),
+        use_socket: cfg.gate(known::SOCKET_CONNECTION),
+        kube_qps: cfg.kube_api_qps,
+        kube_burst: i32::try_from(cfg.kube_api_burst).unwrap_or(i32::MAX),
+        allocatable: nodes.allocatable,
+        capacity: nodes.capacity,
+        cluster_cidr,
+        service_cidr,
+        node_statistics: nodes.statistics,
+        pod_statistics: None,
+        resource_usage: None,
+        conditions: vec![ready_condition(ready, Time(Timestamp::now()))],
+        heartbeat_frequency_seconds: Some(
+            cfg.cluster_status_update_frequency.as_secs().max(1) as i64
+        ),
+        predictor_enabled: !predictor_address(cfg, predictor).is_empty(),
+        predictor_address: predictor_address(cfg, predictor),
+        predictor_direct_access: cfg.predictor_direct_access,
+    }
+}
 
+/// The child's git version and platform, empty when it cannot be read in time.
+async fn child_version(client: &Client) -> (String, String) {
+    match tokio::time::timeout(CHILD_CALL_TIMEOUT, client.apiserver_version()).await {
+        Ok(Ok(v)) => (v.git_version, v.platform),
+        Ok(Err(e)) => {
+            debug!(error = %e, "reading the child's version failed");
+            (String::new(), String::new())
+        }
+        Err(_) => {
+            debug!("reading the child's version timed out");
+            (String::new(), String::new())
+        }
+    }
+}
+
+/// The `Ready` condition a snapshot reports.
+fn ready_condition(ready: bool, now: Time) -> Condition {
+    let (status, reason, message) = if ready {
+        (
+            "True",
+            REASON_MANAGED_CLUSTER_READY,
+            MESSAGE_MANAGED_CLUSTER_READY,
+        )
+    } else {
+        (
+            "False",
+            REASON_MANAGED_CLUSTER_NOT_READY,
+            "managed cluster is not ready.",
+        )
+    };
+    Condition {
+        type_: CONDITION_READY.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message: message.into(),
+        last_transition_time: now,
+        observed_generation: None,
+    }
+}
+
+/// The nodes summed up: how many are ready, not ready, unknown or lost (no Ready condition),
+/// and the cluster's capacity and allocatable (cpu, memory, and GPUs when a node has them).
+#[derive(Debug, Default, PartialEq)]
+pub struct NodeSummary {
+    pub statistics: NodeStatistics,
+    pub capacity: BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    pub allocatable: BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+}
+
+pub fn summarize_nodes(nodes: &[impl std::borrow::Borrow<Node>]) -> NodeSummary {
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     let mut stats = NodeStatistics::default();
     let (mut cpu_cap, mut mem_cap, mut gpu_cap) = (0_i128, 0_i128, 0_i128);
     let (mut cpu_alloc, mut mem_alloc, mut gpu_alloc) = (0_i128, 0_i128, 0_i128);
     let mut has_gpu = false;
-    for node in nodes.state() {
-        let status = node.status.clone().unwrap_or_default();
+    let get = |m: &BTreeMap<String, Quantity>, k: &str| {
+        m.get(k).and_then(|q| quantity::milli(q).ok()).unwrap_or(0)
+    };
+    for node in nodes {
+        let status = node.borrow().status.clone().unwrap_or_default();
         match status
             .conditions
             .as_ref()
@@ -337,9 +419,6 @@ pub async fn collect(
         }
         let cap = status.capacity.unwrap_or_default();
         let alloc = status.allocatable.unwrap_or_default();
-        let get =
-            |m: &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
-             k: &str| { m.get(k).and_then(|q| quantity::milli(q).ok()).unwrap_or(0) };
         cpu_cap += get(&cap, "cpu");
         mem_cap += get(&cap, "memory");
         cpu_alloc += get(&alloc, "cpu");
@@ -359,71 +438,14 @@ pub async fn collect(
         ("memory".to_string(), quantity::format_binary(mem_alloc)),
     ]);
     if has_gpu && gpu_cap != 0 {
-        capacity.insert(
-            known::GPU_RESOURCE_NAME.to_string(),
-            quantity::format_decimal(gpu_cap),
-        );
-        allocatable.insert(
-            known::GPU_RESOURCE_NAME.to_string(),
-            quantity::format_decimal(gpu_alloc),
-        );
+        let gpu = known::GPU_RESOURCE_NAME.to_string();
+        capacity.insert(gpu.clone(), quantity::format_decimal(gpu_cap));
+        allocatable.insert(gpu, quantity::format_decimal(gpu_alloc));
     }
-    let ready = health.observe(
-        (livez && readyz) || healthz,
-        Instant::now(),
-        cfg.cluster_health_failure_window,
-    );
-    let now = Time(Timestamp::now());
-    let condition = if ready {
-        Condition {
-            type_: CONDITION_READY.into(),
-            status: "True".into(),
-            reason: REASON_MANAGED_CLUSTER_READY.into(),
-            message: MESSAGE_MANAGED_CLUSTER_READY.into(),
-            last_transition_time: now,
-            observed_generation: None,
-        }
-    } else {
-        Condition {
-            type_: CONDITION_READY.into(),
-            status: "False".into(),
-            reason: REASON_MANAGED_CLUSTER_NOT_READY.into(),
-            message: "managed cluster is not ready.".into(),
-            last_transition_time: now,
-            observed_generation: None,
-        }
-    };
-    let (cluster_cidr, service_cidr) =
-        tokio::time::timeout(CHILD_CALL_TIMEOUT, discover_cidrs(client))
-            .await
-            .unwrap_or_default();
-    ManagedClusterStatus {
-        last_observed_time: None,
-        k8s_version,
-        agent_version: format!("v{}", crate::VERSION),
-        platform,
-        apiserver_url: rt.cluster_url.clone(),
-        healthz,
-        livez,
-        readyz,
-        app_pusher: Some(cfg.gate(known::APP_PUSHER)),
-        use_socket: cfg.gate(known::SOCKET_CONNECTION),
-        kube_qps: cfg.kube_api_qps,
-        kube_burst: i32::try_from(cfg.kube_api_burst).unwrap_or(i32::MAX),
-        allocatable,
+    NodeSummary {
+        statistics: stats,
         capacity,
-        cluster_cidr,
-        service_cidr,
-        node_statistics: stats,
-        pod_statistics: None,
-        resource_usage: None,
-        conditions: vec![condition],
-        heartbeat_frequency_seconds: Some(
-            cfg.cluster_status_update_frequency.as_secs().max(1) as i64
-        ),
-        predictor_enabled: !predictor_address(cfg, predictor).is_empty(),
-        predictor_address: predictor_address(cfg, predictor),
-        predictor_direct_access: cfg.predictor_direct_access,
+        allocatable,
     }
 }
 
@@ -528,6 +550,50 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    fn cluster_node(ready: Option<&str>, cpu: &str, memory: &str, gpus: Option<&str>) -> Node {
+        let mut cap = json!({"cpu": cpu, "memory": memory});
+        if let Some(g) = gpus {
+            cap[known::GPU_RESOURCE_NAME] = json!(g);
+        }
+        let conditions = ready
+            .map(|s| json!([{"type": "Ready", "status": s}]))
+            .unwrap_or(json!([]));
+        serde_json::from_value(json!({"metadata": {"name": "n"},
+            "status": {"capacity": cap, "allocatable": cap, "conditions": conditions}}))
+        .expect("a node")
+    }
+
+    #[test]
+    fn nodes_are_counted_by_readiness_and_their_capacity_summed() {
+        let nodes = [
+            cluster_node(Some("True"), "2", "4Gi", None),
+            cluster_node(Some("False"), "1500m", "1Gi", Some("2")),
+            cluster_node(Some("Unknown"), "1", "512Mi", None),
+            cluster_node(None, "500m", "512Mi", None),
+        ];
+        let s = summarize_nodes(&nodes);
+        assert_eq!(
+            (
+                s.statistics.ready_nodes,
+                s.statistics.not_ready_nodes,
+                s.statistics.unknown_nodes,
+                s.statistics.lost_nodes
+            ),
+            (1, 1, 1, 1)
+        );
+        assert_eq!(s.capacity["cpu"].0, "5");
+        assert_eq!(s.capacity["memory"].0, "6Gi");
+        assert_eq!(s.capacity[known::GPU_RESOURCE_NAME].0, "2");
+        assert_eq!(s.allocatable, s.capacity);
+        // no GPU on any node: none reported
+        let s = summarize_nodes(&nodes[..1]);
+        assert!(!s.capacity.contains_key(known::GPU_RESOURCE_NAME));
+        assert_eq!(
+            ready_condition(false, Time(Timestamp::UNIX_EPOCH)).status,
+            "False"
+        );
     }
 
     #[test]

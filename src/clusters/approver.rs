@@ -144,6 +144,12 @@ pub fn cluster_name(crr: &ClusterRegistrationRequest) -> String {
     }
 }
 
+/// The error of one of a request's API calls, saying what it was doing.
+fn api_err(crr: &str, what: &str) -> impl FnOnce(kube::Error) -> ApproveError + use<> {
+    let (crr, what) = (crr.to_string(), what.to_string());
+    move |source| ApproveError::Api { crr, what, source }
+}
+
 pub async fn reconcile(
     rt: &Runtime,
     clusters: &Store<ManagedCluster>,
@@ -151,10 +157,7 @@ pub async fn reconcile(
 ) -> Result<Action, ApproveError> {
     let client = rt.client.clone();
     let name = crr.name_any();
-    let err = |what: &str| {
-        let (crr, what) = (name.clone(), what.to_string());
-        move |source| ApproveError::Api { crr, what, source }
-    };
+    let err = |what: &str| api_err(&name, what);
     match admission(crr) {
         Admission::Deny(denied) => {
             write_status(&client, crr, denied)
@@ -174,6 +177,26 @@ pub async fn reconcile(
         }
         Admission::Approve => {}
     }
+    let approved = provision(rt, clusters, crr).await?;
+    let ns_name = approved.dedicated_namespace.clone();
+    write_status(&client, crr, approved)
+        .await
+        .map_err(err("writing the Approved status"))?;
+    info!(request = %name, namespace = %ns_name, "approved the cluster registration");
+    metrics::counter!("clusternet_registrations_approved_total").increment(1);
+    Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+/// Steps 3-8 of an approval: the dedicated namespace, the ManagedCluster, the ServiceAccount,
+/// RBAC scoped to this cluster and its issued token, made into the Approved status.
+async fn provision(
+    rt: &Runtime,
+    clusters: &Store<ManagedCluster>,
+    crr: &ClusterRegistrationRequest,
+) -> Result<ClusterRegistrationRequestStatus, ApproveError> {
+    let client = rt.client.clone();
+    let name = crr.name_any();
+    let err = |what: &str| api_err(&name, what);
     let id = crr.spec.cluster_id.clone();
     let labels = labels_for(&id, &cluster_name(crr));
     // 3. the dedicated namespace
@@ -210,21 +233,15 @@ pub async fn reconcile(
             sa: sa_name,
         });
     };
-    // 9. approve
-    let approved = ClusterRegistrationRequestStatus {
-        dedicated_namespace: ns_name.clone(),
+    // 9. approved
+    Ok(ClusterRegistrationRequestStatus {
+        dedicated_namespace: ns_name,
         token: Some(token),
         ca_certificate: Some(ca),
         result: Some(ApprovedResult::Approved),
         error_message: String::new(),
         managed_cluster_name: mc_name,
-    };
-    write_status(&client, crr, approved)
-        .await
-        .map_err(err("writing the Approved status"))?;
-    info!(request = %name, namespace = %ns_name, "approved the cluster registration");
-    metrics::counter!("clusternet_registrations_approved_total").increment(1);
-    Ok(Action::requeue(Duration::from_secs(300)))
+    })
 }
 
 /// Observes an approved request's credentials: true while they still hold.

@@ -195,26 +195,7 @@ pub async fn reconcile(
     match start(&desc) {
         Start::Nothing => return Ok(Action::await_change()),
         Start::Offload => {
-            let done = match child.offload(&desc, &elsewhere).await {
-                Ok(done) => done,
-                Err(message) => {
-                    events.warn(desc.as_ref(), "FailedDeletingDescription", &message);
-                    return Err(DeployError::Offload {
-                        desc: key(&desc),
-                        message,
-                    });
-                }
-            };
-            info!(
-                description = %key(&desc),
-                deleted = done.deleted,
-                handed_over = done.handed_over,
-                absent = done.absent,
-                not_ours = done.not_ours,
-                not_served = done.not_served,
-                "deleted its objects from the child"
-            );
-            release_finalizer(api, &desc).await?;
+            offload(child, api, &desc, &elsewhere, events).await?;
             return Ok(Action::await_change());
         }
         Start::Apply => {}
@@ -224,30 +205,7 @@ pub async fn reconcile(
         .apply(&desc, &previous.manifest_statuses, &elsewhere)
         .await;
     let next = next_look(&outcome, resync);
-    let cluster = desc
-        .labels()
-        .get(known::CLUSTER_NAME_LABEL)
-        .cloned()
-        .unwrap_or_else(|| desc.namespace().unwrap_or_default());
-    let result = if outcome.errors.is_empty() {
-        "success"
-    } else {
-        "failure"
-    };
-    metrics::counter!("clusternet_description_apply_total", "cluster" => cluster, "result" => result)
-        .increment(1);
-    for (object, d) in &outcome.drifts {
-        let (reason, note) = drift_note(object, d);
-        warn!(description = %key(&desc), %note, "{reason}");
-        // the Subscription hears of it from the controller's status aggregation, which may
-        // write events in its namespace (an agent may not)
-        events.warn(desc.as_ref(), reason, &note);
-    }
-    if outcome.writes > 0 {
-        for note in &outcome.notes {
-            events.warn(desc.as_ref(), "InvalidDriftPolicy", note);
-        }
-    }
+    tell_outcome(&desc, &outcome, events);
     let Some((status, report)) = plan_status(&previous, outcome) else {
         return Ok(Action::requeue(next));
     };
@@ -272,6 +230,65 @@ pub async fn reconcile(
             source,
         })?;
     Ok(Action::requeue(next))
+}
+
+/// A deleted Description's objects leave the child (those a sibling still wants are handed
+/// over), then its finalizer goes; a failure is told as FailedDeletingDescription and retried.
+async fn offload(
+    child: &ChildCluster,
+    api: &Api<Description>,
+    desc: &Arc<Description>,
+    elsewhere: &[super::generic::Wanted],
+    events: &Events,
+) -> Result<(), DeployError> {
+    let done = match child.offload(desc, elsewhere).await {
+        Ok(done) => done,
+        Err(message) => {
+            events.warn(desc.as_ref(), "FailedDeletingDescription", &message);
+            return Err(DeployError::Offload {
+                desc: key(desc),
+                message,
+            });
+        }
+    };
+    info!(
+        description = %key(desc),
+        deleted = done.deleted,
+        handed_over = done.handed_over,
+        absent = done.absent,
+        not_ours = done.not_ours,
+        not_served = done.not_served,
+        "deleted its objects from the child"
+    );
+    release_finalizer(api, desc).await
+}
+
+/// What an apply pass did, told as a metric (per cluster and result), drift Warnings (the
+/// Subscription hears of them from the controller's status aggregation, which may write events
+/// in its namespace: an agent may not) and, when it wrote, bad drift policies.
+fn tell_outcome(desc: &Description, outcome: &Outcome, events: &Events) {
+    let cluster = desc
+        .labels()
+        .get(known::CLUSTER_NAME_LABEL)
+        .cloned()
+        .unwrap_or_else(|| desc.namespace().unwrap_or_default());
+    let result = if outcome.errors.is_empty() {
+        "success"
+    } else {
+        "failure"
+    };
+    metrics::counter!("clusternet_description_apply_total", "cluster" => cluster, "result" => result)
+        .increment(1);
+    for (object, d) in &outcome.drifts {
+        let (reason, note) = drift_note(object, d);
+        warn!(description = %key(desc), %note, "{reason}");
+        events.warn(desc, reason, &note);
+    }
+    if outcome.writes > 0 {
+        for note in &outcome.notes {
+            events.warn(desc, "InvalidDriftPolicy", note);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -114,9 +114,10 @@ pub struct ChildCluster {
     watches: Watches,
     /// Recent repair times per object, to notice a fight.
     repairs: std::sync::Mutex<HashMap<String, Vec<Instant>>>,
-    /// The API server's answer to our last apply of each object: what the object is while the
-    /// watch has not caught up with that write (so a just-applied object is not "deleted").
-    applied: std::sync::Mutex<HashMap<String, Arc<DynamicObject>>>,
+    /// The API server's answer to our last apply of each object (by `<owner>/<object>`): what
+    /// the object is while the watch has not caught up with that write (so a just-applied object
+    /// is not "deleted"), and what a Description applied whatever its status says by now.
+    applied: std::sync::Mutex<HashMap<String, (ObjectRef, Arc<DynamicObject>)>>,
 }
 
 /// What to do with one object, decided from its desired and live states.
@@ -128,6 +129,70 @@ pub enum ObjectPlan {
     InSync { retained: Vec<RetainedField> },
     /// Changed behind our back (or deleted): repair, report or ignore, by policy.
     Drifted { check: Check, deleted: bool },
+}
+
+/// What to do with one object once its plan meets the drift policy.
+#[derive(Debug, PartialEq)]
+pub enum ObjectStep {
+    /// Leave it as it is: in sync, or its drift ignored, reported, or its repair paused.
+    Keep {
+        retained: Vec<RetainedField>,
+        drift: Option<Drift>,
+    },
+    /// Apply it, leaving out these fields; `force` takes back fields someone else changed.
+    Write {
+        leave_out: Vec<Vec<Seg>>,
+        force: bool,
+        drift: Option<Drift>,
+    },
+}
+
+/// [`ObjectStep`] for a plan under `policy`; `fighting` says (and counts) whether repairs of
+/// this object keep being undone, which pauses them; `now` stamps a drift record.
+pub fn under_policy(
+    plan: ObjectPlan,
+    policy: drift::Policy,
+    fighting: impl FnOnce() -> bool,
+    now: String,
+) -> ObjectStep {
+    let (check, deleted) = match plan {
+        ObjectPlan::InSync { retained } => {
+            return ObjectStep::Keep {
+                retained,
+                drift: None,
+            };
+        }
+        ObjectPlan::Apply { leave_out } => {
+            return ObjectStep::Write {
+                leave_out,
+                force: false,
+                drift: None,
+            };
+        }
+        ObjectPlan::Drifted { check, deleted } => (check, deleted),
+    };
+    let record = |action: &str, fields| Drift {
+        action: action.into(),
+        detected_at: now,
+        deleted,
+        fields,
+    };
+    let kept = match policy {
+        drift::Policy::Ignore => None,
+        drift::Policy::Report => Some("Reported"),
+        drift::Policy::Repair if fighting() => Some("RepairPaused"),
+        drift::Policy::Repair => {
+            return ObjectStep::Write {
+                drift: Some(record("Repaired", check.drifted)),
+                leave_out: check.leave_out,
+                force: true,
+            };
+        }
+    };
+    ObjectStep::Keep {
+        drift: kept.map(|action| record(action, check.drifted)),
+        retained: check.retained,
+    }
 }
 
 /// [`ObjectPlan`] for one prepared object; `live` is `None` when the watch cannot tell,
@@ -504,16 +569,20 @@ impl ChildCluster {
                 }
             }
         }
-        // prune what this Description applied before and no longer holds
-        for old in previous {
-            let r = ref_of_status(old);
-            if objects.iter().any(|(o, _)| o.same_object(&r)) {
-                continue;
-            }
+        // prune what this Description applied before and no longer holds: what its status
+        // lists, and what this process applied for it (a status written from an older copy of
+        // the Description may have lost an object applied meanwhile)
+        let applied = self.applied_by(&owner);
+        let wanted: Vec<&ObjectRef> = objects.iter().map(|(r, _)| r).collect();
+        for (r, old) in prune_refs(previous, applied, &wanted) {
             if let Err(e) = self.delete_one(&r, &owner, elsewhere).await {
                 out.errors.push(format!("pruning {}: {e}", r.display()));
                 // keep remembering it so the next round prunes again
-                out.statuses.push(old.clone());
+                out.statuses
+                    .push(old.cloned().unwrap_or_else(|| ManifestStatus {
+                        feed: Feed::new(&r.api_version, &r.kind, &r.namespace, &r.name),
+                        ..Default::default()
+                    }));
             }
         }
         out
@@ -532,36 +601,7 @@ impl ChildCluster {
         let (ar, caps) = self.resolve(&r.api_version, &r.kind).await?;
         self.watches.ensure(&ar, &caps);
         let object = format!("{owner}/{}", r.display());
-        let ours = self
-            .applied
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&object)
-            .cloned();
-        let seen = match self
-            .watches
-            .live(&r.api_version, &r.kind, &r.namespace, &r.name)
-        {
-            Live::Unknown => None,
-            // the watch lags behind our own last write: that write is the live state
-            _ if ours.as_ref().is_some_and(|o| {
-                !self
-                    .watches
-                    .caught_up(&r.api_version, &r.kind, super::watch::resource_version(o))
-            }) =>
-            {
-                ours.map(Some)
-            }
-            Live::Absent => Some(None),
-            Live::Present(o) => Some(Some(o)),
-        };
-        let live = match seen {
-            None => None,
-            Some(None) => Some(None),
-            Some(Some(o)) => Some(Some(
-                serde_json::to_value(o.as_ref()).map_err(|e| e.to_string())?,
-            )),
-        };
+        let live = self.live_state(r, &object)?;
         let watched = live.is_some();
         let plan = plan_object(
             prepared,
@@ -570,46 +610,25 @@ impl ChildCluster {
             &self.field_manager,
             retain,
         );
-        let from_live = |retained: Vec<RetainedField>| {
-            let l = live.as_ref().and_then(Option::as_ref);
-            Brought {
-                settled: l.is_some_and(|l| settled_value(&r.kind, l)),
-                observed_status: l.and_then(|l| l.get("status").cloned()),
-                watched,
-                retained,
-                ..Default::default()
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        let (leave, force, drift) = match under_policy(plan, policy, || self.fighting(&object), now)
+        {
+            ObjectStep::Keep { retained, drift } => {
+                let l = live.as_ref().and_then(Option::as_ref);
+                return Ok(Brought {
+                    settled: l.is_some_and(|l| settled_value(&r.kind, l)),
+                    observed_status: l.and_then(|l| l.get("status").cloned()),
+                    watched,
+                    retained,
+                    drift,
+                    wrote: false,
+                });
             }
-        };
-        let (leave, force, drift) = match plan {
-            ObjectPlan::InSync { retained } => return Ok(from_live(retained)),
-            ObjectPlan::Apply { leave_out } => (leave_out, false, None),
-            ObjectPlan::Drifted { check, deleted } => {
-                let mut record = Drift {
-                    action: String::new(),
-                    detected_at: k8s_openapi::jiff::Timestamp::now().to_string(),
-                    deleted,
-                    fields: check.drifted.clone(),
-                };
-                match policy {
-                    drift::Policy::Ignore => return Ok(from_live(check.retained)),
-                    drift::Policy::Report => {
-                        record.action = "Reported".into();
-                        let mut b = from_live(check.retained);
-                        b.drift = Some(record);
-                        return Ok(b);
-                    }
-                    drift::Policy::Repair if self.fighting(&format!("{owner}/{}", r.display())) => {
-                        record.action = "RepairPaused".into();
-                        let mut b = from_live(check.retained);
-                        b.drift = Some(record);
-                        return Ok(b);
-                    }
-                    drift::Policy::Repair => {
-                        record.action = "Repaired".into();
-                        (check.leave_out, true, Some(record))
-                    }
-                }
-            }
+            ObjectStep::Write {
+                leave_out,
+                force,
+                drift,
+            } => (leave_out, force, drift),
         };
         let mut body = prepared.clone();
         for p in &leave {
@@ -620,7 +639,7 @@ impl ChildCluster {
         self.applied
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(object, Arc::new(applied));
+            .insert(object, (r.clone(), Arc::new(applied)));
         let retained = drift::check(prepared, &value, &self.field_manager, retain, &[]).retained;
         Ok(Brought {
             settled: settled_value(&r.kind, &value),
@@ -630,6 +649,38 @@ impl ChildCluster {
             drift,
             wrote: true,
         })
+    }
+
+    /// The object as it lives in the child: `None` when the watch cannot tell, `Some(None)` when
+    /// it is absent. When the watch lags behind our own last write, that write is the live state.
+    fn live_state(&self, r: &ObjectRef, object: &str) -> Result<Option<Option<Value>>, String> {
+        let ours = self
+            .applied
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(object)
+            .map(|(_, o)| o.clone());
+        let lagging = |o: &DynamicObject| {
+            !self
+                .watches
+                .caught_up(&r.api_version, &r.kind, super::watch::resource_version(o))
+        };
+        let seen = match self
+            .watches
+            .live(&r.api_version, &r.kind, &r.namespace, &r.name)
+        {
+            Live::Unknown => None,
+            _ if ours.as_deref().is_some_and(lagging) => ours.map(Some),
+            Live::Absent => Some(None),
+            Live::Present(o) => Some(Some(o)),
+        };
+        match seen {
+            None => Ok(None),
+            Some(None) => Ok(Some(None)),
+            Some(Some(o)) => Ok(Some(Some(
+                serde_json::to_value(o.as_ref()).map_err(|e| e.to_string())?,
+            ))),
+        }
     }
 
     /// Deletes one object if this Description owns it (never someone else's object of the same
@@ -682,6 +733,18 @@ impl ChildCluster {
         }
     }
 
+    /// The objects this process applied for the Description `owner` (`<namespace>.<name>`).
+    fn applied_by(&self, owner: &str) -> Vec<ObjectRef> {
+        let prefix = format!("{owner}/");
+        self.applied
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|(k, _)| k.starts_with(&prefix))
+            .map(|(_, (r, _))| r.clone())
+            .collect()
+    }
+
     /// Whether the child itself answers discovery (its core API group lists): only then is a
     /// "does not serve kind" the child's own word rather than a proxy in between failing.
     async fn answers_discovery(&self) -> Result<(), String> {
@@ -704,7 +767,19 @@ impl ChildCluster {
             desc.namespace().unwrap_or_default(),
             desc.name_any()
         );
-        let refs = offload_refs(desc);
+        let mut refs = offload_refs(desc);
+        // what this process applied for it and what the child's watches hold as its own, which
+        // its status may have lost (written from an older copy of the Description)
+        for r in self
+            .applied_by(&owner)
+            .into_iter()
+            .chain(self.watches.owned_by(&owner))
+        {
+            if !refs.iter().any(|x| x.same_object(&r)) {
+                refs.push(r);
+            }
+        }
+        refs.sort_by_key(|r| std::cmp::Reverse(kind_rank(&r.kind)));
         let mut done = Offloaded::default();
         let mut errors = Vec::new();
         for r in &refs {
@@ -730,6 +805,25 @@ impl ChildCluster {
             Err(errors.join("; "))
         }
     }
+}
+
+/// The objects a Description no longer holds (`wanted`) but applied before: those its status
+/// lists (`previous`, with their entry) and those this process applied for it (`applied`), each
+/// once.
+fn prune_refs<'a>(
+    previous: &'a [ManifestStatus],
+    applied: Vec<ObjectRef>,
+    wanted: &[&ObjectRef],
+) -> Vec<(ObjectRef, Option<&'a ManifestStatus>)> {
+    let mut gone: Vec<(ObjectRef, Option<&ManifestStatus>)> = Vec::new();
+    let listed = previous.iter().map(|old| (ref_of_status(old), Some(old)));
+    for (r, old) in listed.chain(applied.into_iter().map(|r| (r, None))) {
+        let held = wanted.iter().any(|w| w.same_object(&r));
+        if !held && !gone.iter().any(|(g, _)| g.same_object(&r)) {
+            gone.push((r, old));
+        }
+    }
+    gone
 }
 
 /// Every object an offload of `desc` looks at: what it holds and what its status says was
@@ -1063,6 +1157,100 @@ mod tests {
         };
         assert_eq!(check.drifted[0].path, ".data.a");
         assert_eq!(check.drifted[0].manager, "kubectl-edit");
+    }
+
+    #[test]
+    fn a_drift_is_repaired_reported_or_ignored_by_policy_and_a_fight_pauses_repair() {
+        let drifted = || ObjectPlan::Drifted {
+            check: Check {
+                drifted: vec![],
+                retained: vec![],
+                leave_out: vec![vec![Seg::Field("spec".into())]],
+            },
+            deleted: true,
+        };
+        let now = || "t".to_string();
+        let never = || -> bool { panic!("only a repair asks whether it fights") };
+        let ObjectStep::Write {
+            force: true,
+            drift: Some(d),
+            leave_out,
+        } = under_policy(drifted(), drift::Policy::Repair, || false, now())
+        else {
+            panic!("a repair writes, forced");
+        };
+        assert_eq!(
+            (d.action.as_str(), d.deleted, leave_out.len()),
+            ("Repaired", true, 1)
+        );
+        let action = |step| match step {
+            ObjectStep::Keep { drift, .. } => drift.map(|d| d.action),
+            ObjectStep::Write { .. } => Some("written".into()),
+        };
+        assert_eq!(
+            action(under_policy(
+                drifted(),
+                drift::Policy::Repair,
+                || true,
+                now()
+            ))
+            .as_deref(),
+            Some("RepairPaused")
+        );
+        assert_eq!(
+            action(under_policy(drifted(), drift::Policy::Report, never, now())).as_deref(),
+            Some("Reported")
+        );
+        assert_eq!(
+            action(under_policy(drifted(), drift::Policy::Ignore, never, now())),
+            None
+        );
+        // no drift: the plan as it is, no record
+        let in_sync = ObjectPlan::InSync { retained: vec![] };
+        assert_eq!(
+            under_policy(in_sync, drift::Policy::Repair, never, now()),
+            ObjectStep::Keep {
+                retained: vec![],
+                drift: None
+            }
+        );
+        let apply = ObjectPlan::Apply { leave_out: vec![] };
+        assert!(matches!(
+            under_policy(apply, drift::Policy::Repair, never, now()),
+            ObjectStep::Write {
+                force: false,
+                drift: None,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_prune_takes_what_the_status_lists_and_what_was_applied_unless_still_held() {
+        let cm = |name: &str| ObjectRef {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            namespace: "ns".into(),
+            name: name.into(),
+        };
+        let status = |name: &str| ManifestStatus {
+            feed: Feed::new("v1", "ConfigMap", "ns", name),
+            ..Default::default()
+        };
+        let previous = [status("listed"), status("held"), status("both")];
+        // "applied" is what this process applied while the status it read lost it
+        let applied = vec![cm("applied"), cm("both"), cm("held")];
+        let held = cm("held");
+        let gone = prune_refs(&previous, applied, &[&held]);
+        let names: Vec<(&str, bool)> = gone
+            .iter()
+            .map(|(r, old)| (r.name.as_str(), old.is_some()))
+            .collect();
+        assert_eq!(
+            names,
+            [("listed", true), ("both", true), ("applied", false)]
+        );
+        assert!(prune_refs(&[], vec![], &[]).is_empty());
     }
 
     #[test]

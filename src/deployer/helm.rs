@@ -330,8 +330,42 @@ impl Current {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// The status as it is now, entering `phase`.
+    fn with_phase(&self, phase: HelmReleaseStatusPhase) -> HelmReleaseStatus {
+        HelmReleaseStatus {
+            phase: Some(phase),
+            ..self.get().unwrap_or_default()
+        }
+    }
+
     fn set(&self, status: HelmReleaseStatus) {
         *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(status);
+    }
+}
+
+/// What a step runs with.
+#[derive(Clone, Copy)]
+struct Run<'a> {
+    target: &'a Target,
+    hr: &'a Arc<HelmRelease>,
+    current: &'a Current,
+    at: At<'a>,
+    chart: &'a Chart<'a>,
+    values: &'a Value,
+    timeout: Duration,
+}
+
+/// The reason a failed helm run is reported under: the chart could not be had, or the
+/// release itself failed.
+fn failure_reason(e: &HelmError) -> &'static str {
+    let e = e.to_string();
+    if e.contains("failed to download")
+        || e.contains("not found in")
+        || e.contains("could not find")
+    {
+        "ChartLocateFailure"
+    } else {
+        "ReleaseFailure"
     }
 }
 
@@ -409,6 +443,11 @@ impl HelmDeployer {
         }
     }
 
+    fn helm_error(hr: &HelmRelease) -> impl FnOnce(HelmError) -> HelmDeployError {
+        let release = key(hr);
+        move |source| HelmDeployError::Helm { release, source }
+    }
+
     async fn reconcile_now(
         &self,
         target: &Target,
@@ -419,21 +458,11 @@ impl HelmDeployer {
         let ns = hr.namespace().unwrap_or_default();
         let api: Api<HelmRelease> = Api::namespaced(self.parent.clone(), &ns);
         let deleting = hr.metadata.deletion_timestamp.is_some();
-        if deleting && !hr.finalizers().iter().any(|f| f == known::APP_FINALIZER) {
-            return Ok(Action::await_change());
-        }
-        if !deleting && !hr.finalizers().iter().any(|f| f == known::APP_FINALIZER) {
-            // a HelmRelease written by hand gets the finalizer that makes deleting it uninstall
-            let mut fins = hr.finalizers().to_vec();
-            fins.push(known::APP_FINALIZER.to_string());
-            api.patch(
-                &hr.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"finalizers": fins,
-                    "resourceVersion": hr.resource_version()}})),
-            )
-            .await
-            .map_err(Self::api_error(&hr, "adding the finalizer"))?;
+        if !hr.finalizers().iter().any(|f| f == known::APP_FINALIZER) {
+            if !deleting {
+                // a HelmRelease written by hand gets the finalizer that makes deleting it uninstall
+                self.add_finalizer(&api, &hr).await?;
+            }
             return Ok(Action::await_change());
         }
         let o = &hr.spec.options;
@@ -445,36 +474,15 @@ impl HelmDeployer {
             name: &name,
             namespace: &target_ns,
         };
-        let helm_err = |source: HelmError| HelmDeployError::Helm {
-            release: key(&hr),
-            source,
-        };
         if deleting {
-            self.write_status(
-                &hr,
-                &current,
-                &HelmReleaseStatus {
-                    phase: Some(HelmReleaseStatusPhase::Uninstalling),
-                    ..current.get().unwrap_or_default()
-                },
-            )
-            .await?;
-            self.helm
-                .uninstall(at, o.wait == Some(true), timeout)
-                .await
-                .map_err(helm_err)?;
-            info!(helmrelease = %key(&hr), release = %name, namespace = %target_ns, "release uninstalled");
-            apply::release_finalizer(&api, hr.as_ref(), known::APP_FINALIZER)
-                .await
-                .map_err(Self::api_error(&hr, "releasing the finalizer"))?;
-            return Ok(Action::await_change());
+            return self.uninstall(&api, &hr, &current, at, timeout).await;
         }
         let values = match wanted_values(&hr) {
             Ok(v) => v,
             Err(e) => return self.fail(&hr, &current, "InvalidOverrides", &e).await,
         };
         let credentials = self.credentials(&hr).await?;
-        let latest = self.helm.latest(at).await.map_err(helm_err)?;
+        let latest = self.helm.latest(at).await.map_err(Self::helm_error(&hr))?;
         // an empty version means the repository's latest: asked only when there is a release
         // to compare with, and an answer that cannot be had compares nothing
         let version = if !o.version.is_empty() {
@@ -491,86 +499,29 @@ impl HelmDeployer {
             version.as_deref(),
             Utc::now(),
         );
+        if step == Step::Busy {
+            if let Some(r) = &latest {
+                self.report(&hr, &current, &release_status(r)).await?;
+            }
+            return Ok(Action::requeue(BUSY_RECHECK));
+        }
         let chart = Chart {
             options: o,
             credentials: credentials.as_ref(),
         };
-        let outcome = match &step {
-            Step::UpToDate => Ok(()),
-            Step::Busy => {
-                if let Some(r) = &latest {
-                    self.report(&hr, &current, &release_status(r)).await?;
-                }
-                return Ok(Action::requeue(BUSY_RECHECK));
-            }
-            Step::Rollback => self.helm.rollback(at, timeout).await,
-            Step::Install { uninstall_first } => {
-                let mut r = Ok(());
-                if *uninstall_first {
-                    self.report(
-                        &hr,
-                        &current,
-                        &HelmReleaseStatus {
-                            phase: Some(HelmReleaseStatusPhase::Uninstalling),
-                            ..current.get().unwrap_or_default()
-                        },
-                    )
-                    .await?;
-                    r = self.helm.uninstall(at, true, timeout).await;
-                }
-                if r.is_ok() {
-                    self.report(
-                        &hr,
-                        &current,
-                        &HelmReleaseStatus {
-                            phase: Some(HelmReleaseStatusPhase::PendingInstall),
-                            ..current.get().unwrap_or_default()
-                        },
-                    )
-                    .await?;
-                    r = self.replace_crds(target, &hr, &chart).await;
-                }
-                if r.is_ok() {
-                    let opts = Install::from_options(o, false);
-                    r = self
-                        .helm
-                        .install(at, &chart, Some(&values), &opts, false)
-                        .await;
-                }
-                r
-            }
-            Step::Upgrade => {
-                self.report(
-                    &hr,
-                    &current,
-                    &HelmReleaseStatus {
-                        phase: Some(HelmReleaseStatusPhase::PendingUpgrade),
-                        ..current.get().unwrap_or_default()
-                    },
-                )
-                .await?;
-                let mut r = self.replace_crds(target, &hr, &chart).await;
-                if r.is_ok() {
-                    let opts = Install::from_options(o, true);
-                    r = self
-                        .helm
-                        .install(at, &chart, Some(&values), &opts, true)
-                        .await;
-                }
-                r
-            }
-            Step::Uninstall => Ok(()),
+        let run = Run {
+            target,
+            hr: &hr,
+            current: &current,
+            at,
+            chart: &chart,
+            values: &values,
+            timeout,
         };
-        if let Err(e) = outcome {
-            let reason = if e.to_string().contains("failed to download")
-                || e.to_string().contains("not found in")
-                || e.to_string().contains("could not find")
-            {
-                "ChartLocateFailure"
-            } else {
-                "ReleaseFailure"
-            };
-            return self.fail(&hr, &current, reason, &e.to_string()).await;
+        if let Err(e) = self.carry_out(&step, &run).await? {
+            return self
+                .fail(&hr, &current, failure_reason(&e), &e.to_string())
+                .await;
         }
         if step != Step::UpToDate {
             info!(helmrelease = %key(&hr), release = %name, namespace = %target_ns, step = ?step, "release reconciled");
@@ -578,29 +529,127 @@ impl HelmDeployer {
         // an up-to-date release is the one just read: no second look
         let now = match (&step, latest) {
             (Step::UpToDate, Some(r)) => Some(r),
-            _ => self.helm.latest(at).await.map_err(helm_err)?,
+            _ => self.helm.latest(at).await.map_err(Self::helm_error(&hr))?,
         };
-        match now {
-            Some(r) => {
-                let status = release_status(&r);
-                self.report(&hr, &current, &status).await?;
-                if r.status == "failed" {
-                    // a release that failed without helm saying so (a hook, --wait): retried
-                    return self
-                        .fail(&hr, &current, "ReleaseFailure", &r.description)
+        self.report_release(&hr, &current, now).await
+    }
+
+    async fn add_finalizer(
+        &self,
+        api: &Api<HelmRelease>,
+        hr: &Arc<HelmRelease>,
+    ) -> Result<(), HelmDeployError> {
+        let mut fins = hr.finalizers().to_vec();
+        fins.push(known::APP_FINALIZER.to_string());
+        api.patch(
+            &hr.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": fins,
+                "resourceVersion": hr.resource_version()}})),
+        )
+        .await
+        .map_err(Self::api_error(hr, "adding the finalizer"))?;
+        Ok(())
+    }
+
+    /// A deleted HelmRelease: its release is uninstalled from the child, then the finalizer goes.
+    async fn uninstall(
+        &self,
+        api: &Api<HelmRelease>,
+        hr: &Arc<HelmRelease>,
+        current: &Current,
+        at: At<'_>,
+        timeout: Duration,
+    ) -> Result<Action, HelmDeployError> {
+        let uninstalling = current.with_phase(HelmReleaseStatusPhase::Uninstalling);
+        self.write_status(hr, current, &uninstalling).await?;
+        let wait = hr.spec.options.wait == Some(true);
+        self.helm
+            .uninstall(at, wait, timeout)
+            .await
+            .map_err(Self::helm_error(hr))?;
+        info!(helmrelease = %key(hr), release = %at.name, namespace = %at.namespace, "release uninstalled");
+        apply::release_finalizer(api, hr.as_ref(), known::APP_FINALIZER)
+            .await
+            .map_err(Self::api_error(hr, "releasing the finalizer"))?;
+        Ok(Action::await_change())
+    }
+
+    /// Runs one planned step with helm, reporting the phase it enters first. The outer error is
+    /// a status write that failed; the inner one what helm said.
+    async fn carry_out(
+        &self,
+        step: &Step,
+        run: &Run<'_>,
+    ) -> Result<Result<(), HelmError>, HelmDeployError> {
+        let Run {
+            target,
+            hr,
+            current,
+            at,
+            chart,
+            values,
+            timeout,
+        } = *run;
+        let o = &hr.spec.options;
+        Ok(match step {
+            // nothing to run (a busy release was handled before)
+            Step::UpToDate | Step::Busy | Step::Uninstall => Ok(()),
+            Step::Rollback => self.helm.rollback(at, timeout).await,
+            Step::Install { uninstall_first } => {
+                let mut r = Ok(());
+                if *uninstall_first {
+                    let phase = current.with_phase(HelmReleaseStatusPhase::Uninstalling);
+                    self.report(hr, current, &phase).await?;
+                    r = self.helm.uninstall(at, true, timeout).await;
+                }
+                if r.is_ok() {
+                    let phase = current.with_phase(HelmReleaseStatusPhase::PendingInstall);
+                    self.report(hr, current, &phase).await?;
+                    r = self.replace_crds(target, hr, chart).await;
+                }
+                if r.is_ok() {
+                    let opts = Install::from_options(o, false);
+                    r = self
+                        .helm
+                        .install(at, chart, Some(values), &opts, false)
                         .await;
                 }
+                r
             }
-            None => {
-                return self
-                    .fail(
-                        &hr,
-                        &current,
-                        "ReleaseFailure",
-                        "helm reported success but no release is stored",
-                    )
-                    .await;
+            Step::Upgrade => {
+                let phase = current.with_phase(HelmReleaseStatusPhase::PendingUpgrade);
+                self.report(hr, current, &phase).await?;
+                let mut r = self.replace_crds(target, hr, chart).await;
+                if r.is_ok() {
+                    let opts = Install::from_options(o, true);
+                    r = self
+                        .helm
+                        .install(at, chart, Some(values), &opts, true)
+                        .await;
+                }
+                r
             }
+        })
+    }
+
+    /// Reports the release as helm stores it after a step; a failed one (a hook, --wait) or
+    /// none at all is a failure, retried with backoff.
+    async fn report_release(
+        &self,
+        hr: &Arc<HelmRelease>,
+        current: &Current,
+        release: Option<Release>,
+    ) -> Result<Action, HelmDeployError> {
+        let Some(r) = release else {
+            let why = "helm reported success but no release is stored";
+            return self.fail(hr, current, "ReleaseFailure", why).await;
+        };
+        self.report(hr, current, &release_status(&r)).await?;
+        if r.status == "failed" {
+            return self
+                .fail(hr, current, "ReleaseFailure", &r.description)
+                .await;
         }
         Ok(Action::requeue(RESYNC))
     }

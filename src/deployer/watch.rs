@@ -173,6 +173,33 @@ impl Watches {
         }
     }
 
+    /// The objects the watches hold whose owner annotation names `owner` (`<namespace>.<name>`):
+    /// what the child says a Description applied, of the kinds watched so far.
+    pub fn owned_by(&self, owner: &str) -> Vec<crate::kube_ext::object_ref::ObjectRef> {
+        let kinds: Vec<Arc<KindWatch>> = {
+            let kinds = self.kinds.lock().unwrap_or_else(|p| p.into_inner());
+            kinds.values().cloned().collect()
+        };
+        let mut out = Vec::new();
+        for w in kinds {
+            for o in w.store.state() {
+                let ours = o
+                    .annotations()
+                    .get(known::OBJECT_OWNED_BY_DESCRIPTION_ANNOTATION)
+                    .is_some_and(|a| a == owner);
+                if ours {
+                    out.push(crate::kube_ext::object_ref::ObjectRef {
+                        api_version: w.resource.api_version.clone(),
+                        kind: w.resource.kind.clone(),
+                        namespace: o.namespace().unwrap_or_default(),
+                        name: o.name_any(),
+                    });
+                }
+            }
+        }
+        out
+    }
+
     /// Whether the watch of `kind` has delivered resourceVersion `rv` or later (so its view
     /// includes a write answered with `rv`: an absent object was really deleted).
     pub fn caught_up(&self, api_version: &str, kind: &str, rv: u64) -> bool {

@@ -73,17 +73,16 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     let inventories = rt.cache.watch::<FeedInventory>();
     let charts = rt.cache.watch::<HelmChart>();
     // an empty cache that has not listed yet would look like "no Description": never decide from it
-    for s in [
-        manifests.ready_until(&stop).await,
-        charts.ready_until(&stop).await,
-        locs.ready_until(&stop).await,
-        descs.ready_until(&stop).await,
-        subs.ready_until(&stop).await,
-        inventories.ready_until(&stop).await,
-    ] {
-        if !s {
-            return;
-        }
+    let kinds = [
+        manifests.listed(),
+        charts.listed(),
+        locs.listed(),
+        descs.listed(),
+        subs.listed(),
+        inventories.listed(),
+    ];
+    if !crate::runtime::cache::all_listed(&stop, kinds).await {
+        return;
     }
     // re-render the Bases a changed Manifest or override refers to
     let base_store = bases.store.clone();

@@ -517,15 +517,14 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     let slices = rt.cache.watch_labelled::<EndpointSlice>(selector);
     let manifests = rt.cache.watch_labelled::<Manifest>(selector);
     let clusters = rt.cache.watch::<ManagedCluster>();
-    for ready in [
-        services.ready_until(&stop).await,
-        slices.ready_until(&stop).await,
-        manifests.ready_until(&stop).await,
-        clusters.ready_until(&stop).await,
-    ] {
-        if !ready {
-            return;
-        }
+    let kinds = [
+        services.listed(),
+        slices.listed(),
+        manifests.listed(),
+        clusters.listed(),
+    ];
+    if !crate::runtime::cache::all_listed(&stop, kinds).await {
+        return;
     }
     let ctx = Arc::new(Ctx {
         client: rt.client.clone(),
@@ -613,47 +612,24 @@ fn key(si: &ServiceImport) -> String {
     format!("{}/{}", si.namespace().unwrap_or_default(), si.name_any())
 }
 
+/// The error of one of `si`'s API calls, saying what it was doing.
+fn api_err(si: &ServiceImport, what: &'static str) -> impl FnOnce(kube::Error) -> ImportError {
+    let import = key(si);
+    move |source| ImportError::Api {
+        import,
+        what,
+        source,
+    }
+}
+
 async fn reconcile(ctx: &Ctx, si: Arc<ServiceImport>) -> Result<Action, ImportError> {
     let si_ns = si.namespace().unwrap_or_default();
-    let err = |what: &'static str| {
-        let import = key(&si);
-        move |source| ImportError::Api {
-            import,
-            what,
-            source,
-        }
-    };
+    let err = |what: &'static str| api_err(&si, what);
     let imports: Api<ServiceImport> = Api::namespaced(ctx.client.clone(), &si_ns);
-    let services: Api<Service> = Api::namespaced(ctx.client.clone(), &si_ns);
-    let slices: Api<EndpointSlice> = Api::namespaced(ctx.client.clone(), &si_ns);
     let exported = exported_service(&si);
     if si.metadata.deletion_timestamp.is_some() {
         if let Ok((name, ns)) = &exported {
-            let copies = ListParams::default().labels(&format!(
-                "{}={name},{}={ns},!{}",
-                known::LABEL_SERVICE_NAME,
-                known::LABEL_SERVICE_NAMESPACE,
-                known::OBJECT_CREATED_BY_LABEL
-            ));
-            slices
-                .delete_collection(&DeleteParams::default(), &copies)
-                .await
-                .map_err(err("deleting its EndpointSlices"))?;
-            let derived = known::derived_service_name(ns, name);
-            apply::delete(&services, &derived)
-                .await
-                .map_err(err("deleting the derived Service"))?;
-            let published = ListParams::default().labels(&format!(
-                "{}={name},{}={ns},{}={si_ns},!{}",
-                known::LABEL_SERVICE_NAME,
-                known::LABEL_SERVICE_NAMESPACE,
-                known::CONFIG_NAMESPACE_LABEL,
-                known::OBJECT_CREATED_BY_LABEL
-            ));
-            Api::<Manifest>::namespaced(ctx.client.clone(), &ctx.reserved_ns)
-                .delete_collection(&DeleteParams::default(), &published)
-                .await
-                .map_err(err("deleting its Manifests"))?;
+            withdraw(ctx, &si, name, ns).await?;
         }
         apply::release_finalizer(&imports, si.as_ref(), known::APP_FINALIZER)
             .await
@@ -669,16 +645,9 @@ async fn reconcile(ctx: &Ctx, si: Arc<ServiceImport>) -> Result<Action, ImportEr
             return Ok(Action::await_change());
         }
     };
-    if !si.finalizers().iter().any(|f| f == known::APP_FINALIZER) {
-        let body = apply::body::<ServiceImport>(
-            &si.name_any(),
-            Some(&si_ns),
-            serde_json::Map::from_iter([("finalizers".into(), json!([known::APP_FINALIZER]))]),
-        );
-        apply::apply(&imports, FIELD_MANAGER, &si.name_any(), &body)
-            .await
-            .map_err(err("adding the finalizer"))?;
-    }
+    apply::hold_finalizer(&imports, FIELD_MANAGER, si.as_ref(), known::APP_FINALIZER)
+        .await
+        .map_err(err("adding the finalizer"))?;
     let derived_name = known::derived_service_name(&ns, &name);
     let derived = ctx
         .services
@@ -695,13 +664,8 @@ async fn reconcile(ctx: &Ctx, si: Arc<ServiceImport>) -> Result<Action, ImportEr
         reserved_ns: &ctx.reserved_ns,
         manifests: &manifests,
     };
-    let plan = match plan_import(
-        &si,
-        derived.as_deref(),
-        &ctx.slices.state(),
-        &published,
-        &cluster_of,
-    ) {
+    let slices = ctx.slices.state();
+    let plan = match plan_import(&si, derived.as_deref(), &slices, &published, &cluster_of) {
         Ok(p) => p,
         Err(message) => {
             ctx.events
@@ -709,39 +673,128 @@ async fn reconcile(ctx: &Ctx, si: Arc<ServiceImport>) -> Result<Action, ImportEr
             return Ok(Action::await_change());
         }
     };
+    apply_service(ctx, &si, &plan, &derived_name, derived.as_deref()).await?;
+    apply_slices(ctx, &si, &plan).await?;
+    apply_manifests(ctx, &si, &plan).await?;
+    if let Some(status) = &plan.status {
+        let status = serde_json::to_value(status).unwrap_or_default();
+        apply::write_status(&imports, FIELD_MANAGER, si.as_ref(), status)
+            .await
+            .map_err(err("writing its status"))?;
+    }
+    for (reason, message) in &plan.warnings {
+        ctx.events.warn(si.as_ref(), reason, message);
+    }
+    Ok(Action::requeue(RESYNC))
+}
+
+/// A deleted ServiceImport takes back what it made: the imported EndpointSlices, the derived
+/// Service and the Manifests that published them.
+async fn withdraw(ctx: &Ctx, si: &ServiceImport, name: &str, ns: &str) -> Result<(), ImportError> {
+    let si_ns = si.namespace().unwrap_or_default();
+    let services: Api<Service> = Api::namespaced(ctx.client.clone(), &si_ns);
+    let slices: Api<EndpointSlice> = Api::namespaced(ctx.client.clone(), &si_ns);
+    let copies = ListParams::default().labels(&format!(
+        "{}={name},{}={ns},!{}",
+        known::LABEL_SERVICE_NAME,
+        known::LABEL_SERVICE_NAMESPACE,
+        known::OBJECT_CREATED_BY_LABEL
+    ));
+    slices
+        .delete_collection(&DeleteParams::default(), &copies)
+        .await
+        .map_err(api_err(si, "deleting its EndpointSlices"))?;
+    let derived = known::derived_service_name(ns, name);
+    apply::delete(&services, &derived)
+        .await
+        .map_err(api_err(si, "deleting the derived Service"))?;
+    let published = ListParams::default().labels(&format!(
+        "{}={name},{}={ns},{}={si_ns},!{}",
+        known::LABEL_SERVICE_NAME,
+        known::LABEL_SERVICE_NAMESPACE,
+        known::CONFIG_NAMESPACE_LABEL,
+        known::OBJECT_CREATED_BY_LABEL
+    ));
+    Api::<Manifest>::namespaced(ctx.client.clone(), &ctx.reserved_ns)
+        .delete_collection(&DeleteParams::default(), &published)
+        .await
+        .map_err(api_err(si, "deleting its Manifests"))?;
+    Ok(())
+}
+
+/// The derived Service as planned: replaced when its type flips, written when it differs, its
+/// ingress status written when that differs.
+async fn apply_service(
+    ctx: &Ctx,
+    si: &ServiceImport,
+    plan: &ImportPlan,
+    derived_name: &str,
+    derived: Option<&Service>,
+) -> Result<(), ImportError> {
+    let services: Api<Service> =
+        Api::namespaced(ctx.client.clone(), &si.namespace().unwrap_or_default());
     if plan.recreate_service {
-        apply::delete(&services, &derived_name)
+        apply::delete(&services, derived_name)
             .await
-            .map_err(err("replacing the derived Service"))?;
+            .map_err(api_err(si, "replacing the derived Service"))?;
     }
-    if let Some(body) = &plan.service {
-        let written = apply::apply(&services, FIELD_MANAGER, &derived_name, body)
-            .await
-            .map_err(err("writing the derived Service"))?;
-        info!(serviceimport = %key(&si), service = %derived_name, "derived Service written");
-        if let Some(status) = &plan.service_status {
-            write_ingress(ctx, &si, &services, &written, status)
+    let written = match &plan.service {
+        Some(body) => {
+            let written = apply::apply(&services, FIELD_MANAGER, derived_name, body)
                 .await
-                .map_err(err("writing the derived Service's status"))?;
+                .map_err(api_err(si, "writing the derived Service"))?;
+            info!(serviceimport = %key(si), service = %derived_name, "derived Service written");
+            Some(written)
         }
-    } else if let (Some(status), Some(svc)) = (&plan.service_status, derived.as_deref()) {
-        write_ingress(ctx, &si, &services, svc, status)
+        None => None,
+    };
+    if let (Some(status), Some(svc)) = (&plan.service_status, written.as_ref().or(derived)) {
+        write_ingress(ctx, si, &services, svc, status)
             .await
-            .map_err(err("writing the derived Service's status"))?;
+            .map_err(api_err(si, "writing the derived Service's status"))?;
     }
+    Ok(())
+}
+
+/// The Manifests (in the reserved namespace) that publish the derived Service and the imported
+/// slices, as planned.
+async fn apply_manifests(
+    ctx: &Ctx,
+    si: &ServiceImport,
+    plan: &ImportPlan,
+) -> Result<(), ImportError> {
+    let manifest_api: Api<Manifest> = Api::namespaced(ctx.client.clone(), &ctx.reserved_ns);
+    for body in &plan.manifests {
+        let m = body["metadata"]["name"].as_str().unwrap_or_default();
+        apply::apply(&manifest_api, FIELD_MANAGER, m, body)
+            .await
+            .map_err(api_err(si, "publishing a Manifest"))?;
+    }
+    for m in &plan.manifest_deletes {
+        apply::delete(&manifest_api, m)
+            .await
+            .map_err(api_err(si, "deleting a stale Manifest"))?;
+    }
+    Ok(())
+}
+
+/// The imported EndpointSlices as planned, and the conflict marks on the exported ones.
+async fn apply_slices(ctx: &Ctx, si: &ServiceImport, plan: &ImportPlan) -> Result<(), ImportError> {
+    let slices: Api<EndpointSlice> =
+        Api::namespaced(ctx.client.clone(), &si.namespace().unwrap_or_default());
     for body in &plan.upserts {
         let slice = body["metadata"]["name"].as_str().unwrap_or_default();
         apply::apply(&slices, FIELD_MANAGER, slice, body)
             .await
-            .map_err(err("writing an EndpointSlice"))?;
+            .map_err(api_err(si, "writing an EndpointSlice"))?;
     }
     for slice in &plan.deletes {
         apply::delete(&slices, slice)
             .await
-            .map_err(err("deleting a stale EndpointSlice"))?;
+            .map_err(api_err(si, "deleting a stale EndpointSlice"))?;
     }
     if !plan.upserts.is_empty() || !plan.deletes.is_empty() {
-        info!(serviceimport = %key(&si), written = plan.upserts.len(), deleted = plan.deletes.len(), "EndpointSlices imported");
+        info!(serviceimport = %key(si), written = plan.upserts.len(), deleted = plan.deletes.len(), "EndpointSlices imported");
     }
     for (ns, name, message) in &plan.conflicts {
         // only the annotation, under this manager: the agent's apply of the slice is untouched
@@ -754,35 +807,14 @@ async fn reconcile(ctx: &Ctx, si: Arc<ServiceImport>) -> Result<Action, ImportEr
             Ok(_) => {}
             // gone meanwhile, or recreated without the fields an apply cannot invent
             Err(e) if matches!(crate::runtime::api_code(&e), Some(404 | 422)) => {}
-            Err(e) => return Err(err("marking an exported EndpointSlice's conflict")(e)),
+            Err(e) => {
+                return Err(api_err(si, "marking an exported EndpointSlice's conflict")(
+                    e,
+                ));
+            }
         }
     }
-    let manifest_api: Api<Manifest> = Api::namespaced(ctx.client.clone(), &ctx.reserved_ns);
-    for body in &plan.manifests {
-        let m = body["metadata"]["name"].as_str().unwrap_or_default();
-        apply::apply(&manifest_api, FIELD_MANAGER, m, body)
-            .await
-            .map_err(err("publishing a Manifest"))?;
-    }
-    for m in &plan.manifest_deletes {
-        apply::delete(&manifest_api, m)
-            .await
-            .map_err(err("deleting a stale Manifest"))?;
-    }
-    if let Some(status) = &plan.status {
-        apply::write_status(
-            &imports,
-            FIELD_MANAGER,
-            si.as_ref(),
-            serde_json::to_value(status).unwrap_or_default(),
-        )
-        .await
-        .map_err(err("writing its status"))?;
-    }
-    for (reason, message) in &plan.warnings {
-        ctx.events.warn(si.as_ref(), reason, message);
-    }
-    Ok(Action::requeue(RESYNC))
+    Ok(())
 }
 
 #[cfg(test)]

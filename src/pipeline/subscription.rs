@@ -77,15 +77,14 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     let namespaces = rt.cache.watch::<Namespace>();
     let clusters = rt.cache.watch::<ManagedCluster>();
     // an empty cache that has not listed yet would look like "no Bases": never decide from it
-    for ready in [
-        bases.ready_until(&stop).await,
-        locs.ready_until(&stop).await,
-        namespaces.ready_until(&stop).await,
-        clusters.ready_until(&stop).await,
-    ] {
-        if !ready {
-            return;
-        }
+    let kinds = [
+        bases.listed(),
+        locs.listed(),
+        namespaces.listed(),
+        clusters.listed(),
+    ];
+    if !crate::runtime::cache::all_listed(&stop, kinds).await {
+        return;
     }
     let also = futures::StreamExt::filter_map(bases.subscribe(), |b| async move {
         let labels = b.labels();

@@ -136,6 +136,27 @@ where
     }
 }
 
+/// Adds `finalizer` to `obj` unless it has it, by applying it under `manager` (so the finalizer
+/// is that manager's to keep, and other writers' finalizers stay).
+pub async fn hold_finalizer<K>(
+    api: &Api<K>,
+    manager: &str,
+    obj: &K,
+    finalizer: &str,
+) -> kube::Result<()>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let meta = obj.meta();
+    if meta.finalizers.iter().flatten().any(|f| f == finalizer) {
+        return Ok(());
+    }
+    let name = meta.name.as_deref().unwrap_or_default();
+    let extra = Map::from_iter([("finalizers".into(), json!([finalizer]))]);
+    let body = body::<K>(name, meta.namespace.as_deref(), extra);
+    apply(api, manager, name, &body).await.map(|_| ())
+}
+
 /// Removes `finalizer` from `obj` (a merge patch guarded by its resourceVersion, so a stale
 /// copy never drops a finalizer another writer just added). Gone, or changed meanwhile (the
 /// next reconcile sees the new copy), counts as done.

@@ -46,6 +46,25 @@ pub fn watch_backoff() -> impl kube::runtime::utils::Backoff + 'static {
     )
 }
 
+/// Whether a kind of the shared cache has listed once, whatever the kind.
+pub struct Listed(tokio::sync::watch::Receiver<bool>);
+
+/// Waits until each of `kinds` has listed once: false as soon as `stop` is cancelled, or when
+/// one never will (shutdown). A controller never decides from a cache that has not listed yet
+/// (it would look like "no such object").
+pub async fn all_listed(stop: &CancellationToken, kinds: impl IntoIterator<Item = Listed>) -> bool {
+    for Listed(mut rx) in kinds {
+        let listed = tokio::select! {
+            r = rx.wait_for(|r| *r) => r.is_ok() && !stop.is_cancelled(),
+            _ = stop.cancelled() => false,
+        };
+        if !listed {
+            return false;
+        }
+    }
+    true
+}
+
 /// A kind in the shared cache: the read-only store and a way to follow its changes.
 pub struct Shared<K: Resource + Clone + 'static>
 where
@@ -87,10 +106,12 @@ where
     /// [`Shared::ready`], or false as soon as `stop` is cancelled: leader work that lost its lease
     /// stops at once even while waiting for a kind that never lists.
     pub async fn ready_until(&self, stop: &CancellationToken) -> bool {
-        tokio::select! {
-            r = self.ready() => r && !stop.is_cancelled(),
-            _ = stop.cancelled() => false,
-        }
+        all_listed(stop, [self.listed()]).await
+    }
+
+    /// This kind's [`Listed`], to wait for it beside other kinds ([`all_listed`]).
+    pub fn listed(&self) -> Listed {
+        Listed(self.ready.clone())
     }
 
     /// Takes the API server's answer to this process's own write of `obj` into the cache at once,

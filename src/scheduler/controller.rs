@@ -25,7 +25,10 @@ use super::framework::{
 use super::predictor_client::{self, PredictorRoute};
 use super::queue::SchedulingQueue;
 use super::reservation::{self, Reservations};
-use super::{FilterOffset, PredictorClient, Profiles, Registry, binder, explain};
+use super::{
+    FilterOffset, PredictorClient, Profiles, Registry, ScheduleError, ScheduleResult, binder,
+    explain,
+};
 use crate::apis::known;
 use crate::apis::placement::Explanation;
 use crate::apis::{
@@ -240,14 +243,13 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         clusters: rt.cache.watch::<ManagedCluster>(),
         inventories: rt.cache.watch::<FeedInventory>(),
     };
-    for ready in [
-        caches.subs.ready_until(&stop).await,
-        caches.clusters.ready_until(&stop).await,
-        caches.inventories.ready_until(&stop).await,
-    ] {
-        if !ready {
-            return;
-        }
+    let kinds = [
+        caches.subs.listed(),
+        caches.clusters.listed(),
+        caches.inventories.listed(),
+    ];
+    if !crate::runtime::cache::all_listed(&stop, kinds).await {
+        return;
     }
     let queue = Arc::new(SchedulingQueue::default());
     // everything already there is re-checked behind whatever changes from now on
@@ -288,12 +290,15 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         }
         let start = Instant::now();
         let mut recheck = None;
+        let reads = Reads {
+            profiles: &profiles,
+            subs: &caches.subs.store,
+            clusters: &caches.clusters.store,
+            inventories: &caches.inventories.store,
+            events: &events,
+        };
         let result = schedule_one(
-            &profiles,
-            &caches.subs.store,
-            &caches.clusters.store,
-            &caches.inventories.store,
-            &events,
+            &reads,
             &mut offset,
             &key,
             fail_over.then_some((&settings, &mut memory)),
@@ -329,30 +334,33 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     triggers.abort();
 }
 
-// Boxed so the future's Send-ness is checked with concrete lifetimes (rustc cannot prove it for
-// the higher-ranked ones a spawned caller would need).
-#[allow(clippy::too_many_arguments)]
-fn schedule_one<'a>(
+/// What a scheduling cycle reads: the profiles, the shared cache's stores, the event recorder.
+struct Reads<'a> {
     profiles: &'a Profiles,
     subs: &'a Store<Subscription>,
     clusters: &'a Store<ManagedCluster>,
     inventories: &'a Store<FeedInventory>,
     events: &'a Events,
+}
+
+/// The failover settings and what failover remembers, when failover is on.
+type FailoverState<'a> = Option<(
+    &'a super::failover::Settings,
+    &'a mut super::failover::Memory,
+)>;
+
+// Boxed so the future's Send-ness is checked with concrete lifetimes (rustc cannot prove it for
+// the higher-ranked ones a spawned caller would need).
+fn schedule_one<'a>(
+    reads: &'a Reads<'a>,
     offset: &'a mut FilterOffset,
     key: &'a str,
-    failover: Option<(
-        &'a super::failover::Settings,
-        &'a mut super::failover::Memory,
-    )>,
+    failover: FailoverState<'a>,
     reservations: &'a mut Reservations,
     recheck: &'a mut Option<Duration>,
 ) -> BoxFuture<'a, Result<Decided, CycleError>> {
     Box::pin(schedule_one_inner(
-        profiles,
-        subs,
-        clusters,
-        inventories,
-        events,
+        reads,
         offset,
         key,
         failover,
@@ -437,74 +445,86 @@ fn observe<'a>(
     })
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn schedule_one_inner(
-    profiles: &Profiles,
-    subs: &Store<Subscription>,
-    clusters: &Store<ManagedCluster>,
-    inventories: &Store<FeedInventory>,
-    events: &Events,
+/// What a cycle decided, before the framework's binding points run.
+struct Decision<'a> {
+    input: CycleInput<'a>,
+    /// The candidates the decision saw (failover applied).
+    all: Vec<Arc<ManagedCluster>>,
+    state: CycleState,
+    target: TargetClusters,
+    outcome: &'static str,
+    explanation: Explanation,
+    offset_before: FilterOffset,
+}
+
+impl Decision<'_> {
+    /// Sets `status.lastDecision` for a decision that changes the status: a cycle other than
+    /// Dynamic dividing is explained again, on the same inputs (see [`decide`]).
+    async fn explain(&mut self, status: &mut SubscriptionStatus) {
+        let (sub, inventory) = (&self.input.sub, self.input.inventory.as_ref());
+        if !is_dynamic(sub) {
+            let mut offset = self.offset_before;
+            let again = CycleState::new();
+            let explanation = Some(&mut self.explanation);
+            let fwk = self.input.fwk;
+            let _same = schedule_explained(
+                fwk,
+                &again,
+                &mut offset,
+                sub,
+                &self.all,
+                inventory,
+                explanation,
+            )
+            .await;
+        }
+        status.last_decision = Some(Box::new(explain::decision_record(
+            &self.explanation,
+            status,
+            inventory,
+            &left_out(&self.input.failover),
+            Time(Timestamp::now()),
+        )));
+    }
+}
+
+/// Observes a Subscription and decides where it goes (the filter offset and the Dynamic holds
+/// move with it); `Ok(Err(outcome))` when there is nothing to decide.
+async fn decide<'a>(
+    reads: &Reads<'a>,
     offset: &mut FilterOffset,
     key: &str,
-    mut failover_state: Option<(&super::failover::Settings, &mut super::failover::Memory)>,
+    mut failover_state: FailoverState<'_>,
     reservations: &mut Reservations,
     recheck: &mut Option<Duration>,
-) -> Result<Decided, CycleError> {
-    // the cache's own Arcs: a decision reads the clusters, it never copies them
-    let mut all = clusters.state();
-    let CycleInput {
-        sub,
-        fwk,
-        inventory,
-        failover,
-    } = match observe(
+) -> Result<Result<Decision<'a>, &'static str>, CycleError> {
+    let Reads {
         profiles,
         subs,
+        clusters,
         inventories,
-        key,
-        failover_state
-            .as_mut()
-            .map(|(settings, memory)| (*settings, &mut **memory, all.as_slice())),
-        recheck,
-    ) {
+        events,
+    } = *reads;
+    // the cache's own Arcs: a decision reads the clusters, it never copies them
+    let all = clusters.state();
+    let observed = failover_state
+        .as_mut()
+        .map(|(settings, memory)| (*settings, &mut **memory, all.as_slice()));
+    let input = match observe(profiles, subs, inventories, key, observed, recheck) {
         Ok(input) => input,
-        Err(outcome) => return Ok(Decided::Done(outcome)),
+        Err(outcome) => return Ok(Err(outcome)),
     };
+    let (sub, failover) = (&input.sub, &input.failover);
     if let Some(why) = &failover.suppressed {
         warn!(subscription = %key, reason = %why, "FailoverSuppressed");
         metrics::counter!("clusternet_scheduler_failover_suppressed_total").increment(1);
         events.warn(sub.as_ref(), "FailoverSuppressed", why);
     }
-    if !failover.lost.is_empty() || !failover.damped.is_empty() {
-        // failed over (or not given back yet): not a candidate, whatever toleration (with
-        // tolerationSeconds) it had
-        all.retain(|c| {
-            let k = cluster_key(c);
-            !failover.lost.contains(&k) && !failover.damped.contains(&k)
-        });
-    }
-    if !failover.hold.is_empty() {
-        // clusters within their failover grace are scheduled as if still ready (only those are copied)
-        all = all
-            .into_iter()
-            .map(|c| {
-                if failover.hold.contains(&cluster_key(&c)) {
-                    Arc::new(super::failover::as_if_ready(&c))
-                } else {
-                    c
-                }
-            })
-            .collect();
-    }
+    let all = candidates(all, failover);
     let state = CycleState::new();
-    let dynamic = is_dynamic(&sub);
-    if dynamic && !reservations.is_empty() {
-        reservations.release(Timestamp::now(), |cluster, held_by, feed, assigned| {
-            reflected(subs, &all, cluster, held_by, feed, assigned)
-        });
-        if let Some(inv) = inventory.as_ref() {
-            state.write(reservation::TAKEN, taken_from(reservations, inv, &all));
-        }
+    let dynamic = is_dynamic(sub);
+    if dynamic {
+        take_reservations(reservations, subs, &all, input.inventory.as_ref(), &state);
     }
     // `status.lastDecision` keeps the explanation of a decision that changes the status. The
     // cycle is explained again, on the same inputs, only when it does (recording every cycle
@@ -513,69 +533,178 @@ async fn schedule_one_inner(
     // answers from the children that a second run would ask for again.
     let offset_before = *offset;
     let mut explanation = Explanation::default();
-    let (target, outcome) = match schedule_explained(
-        fwk,
-        &state,
-        offset,
-        &sub,
-        &all,
-        inventory.as_ref(),
-        dynamic.then_some(&mut explanation),
-    )
-    .await
+    let inv = input.inventory.as_ref();
+    let recorded = dynamic.then_some(&mut explanation);
+    let scheduled = schedule_explained(input.fwk, &state, offset, sub, &all, inv, recorded).await;
+    let (target, outcome) = scheduled_or_cleared(scheduled, sub, key, events)?;
+    let target = match failover_state.as_mut() {
+        Some((settings, memory)) if outcome == "scheduled" => {
+            make_before_break(sub, key, target, failover, settings, memory, &all, recheck)
+        }
+        _ => target,
+    };
+    Ok(Ok(Decision {
+        input,
+        all,
+        state,
+        target,
+        outcome,
+        explanation,
+        offset_before,
+    }))
+}
+
+async fn schedule_one_inner(
+    reads: &Reads<'_>,
+    offset: &mut FilterOffset,
+    key: &str,
+    mut failover_state: FailoverState<'_>,
+    reservations: &mut Reservations,
+    recheck: &mut Option<Duration>,
+) -> Result<Decided, CycleError> {
+    let reborrowed = failover_state.as_mut().map(|(s, m)| (*s, &mut **m));
+    let decision = decide(reads, offset, key, reborrowed, reservations, recheck).await?;
+    let mut d = match decision {
+        Ok(decision) => decision,
+        Err(outcome) => return Ok(Decided::Done(outcome)),
+    };
+    let (fwk, sub) = (d.input.fwk, d.input.sub.clone());
+    let Some(mut status) = framework_bind(fwk, &d.state, &sub, &d.target).await? else {
+        return Ok(Decided::Done(d.outcome));
+    };
+    if is_dynamic(&sub)
+        && let Some(inv) = d.input.inventory.as_ref()
     {
-        Ok(r) => (r.suggested, "scheduled"),
+        keep_holds(reservations, key, &sub, &status, inv, recheck);
+    }
+    if sub.status.as_ref() == Some(&status) {
+        return Ok(Decided::Done(d.outcome));
+    }
+    d.explain(&mut status).await;
+    let failover = &d.input.failover;
+    if let Some((settings, memory)) = failover_state.as_mut() {
+        record_failover_moves(&sub, key, &status, failover, settings, memory, reads.events);
+    }
+    // the write, its event and PostBind run beside the loop (AsyncBinder): the next decision
+    // does not wait for them
+    Ok(Decided::Bind(Box::new(Binding {
+        sub,
+        status,
+        state: d.state,
+        target: d.target,
+        outcome: d.outcome,
+    })))
+}
+
+/// A Dynamic cycle's view of the holds: those the children now reflect (or that no longer
+/// stand) are released, the rest are taken from the clusters' predicted room.
+fn take_reservations(
+    reservations: &mut Reservations,
+    subs: &Store<Subscription>,
+    all: &[Arc<ManagedCluster>],
+    inventory: Option<&FeedInventory>,
+    state: &CycleState,
+) {
+    if reservations.is_empty() {
+        return;
+    }
+    reservations.release(Timestamp::now(), |cluster, held_by, feed, assigned| {
+        reflected(subs, all, cluster, held_by, feed, assigned)
+    });
+    if let Some(inv) = inventory {
+        state.write(reservation::TAKEN, taken_from(reservations, inv, all));
+    }
+}
+
+/// Holds what a Dynamic decision assigned until the children reflect it. Short of its replicas
+/// while holds take room (even when the binding is unchanged), the Subscription is looked at
+/// again as they are released.
+fn keep_holds(
+    reservations: &mut Reservations,
+    key: &str,
+    sub: &Subscription,
+    status: &SubscriptionStatus,
+    inv: &FeedInventory,
+    recheck: &mut Option<Duration>,
+) {
+    hold_assigned(reservations, key, sub.status.as_ref(), status, inv);
+    if !reservations.is_empty() && binder::feeds_changed_with(status, sub, inv) {
+        *recheck = Some(recheck.map_or(SHORT_RECHECK, |r| r.min(SHORT_RECHECK)));
+    }
+}
+
+/// A scheduling failure: requeued when trying again may help (FailedScheduling either way),
+/// otherwise no cluster fits and the binding is cleared.
+fn scheduled_or_cleared(
+    scheduled: Result<ScheduleResult, ScheduleError>,
+    sub: &Subscription,
+    key: &str,
+    events: &Events,
+) -> Result<(TargetClusters, &'static str), CycleError> {
+    match scheduled {
+        Ok(r) => Ok((r.suggested, "scheduled")),
         Err(e) => {
             let message = binder::truncate_event_message(&e.to_string());
-            events.warn(sub.as_ref(), "FailedScheduling", &message);
+            events.warn(sub, "FailedScheduling", &message);
             if e.should_requeue() {
                 return Err(CycleError::Schedule(message));
             }
             info!(subscription = %key, reason = %message, "no cluster fits: clearing the binding");
-            (TargetClusters::default(), "unschedulable")
+            Ok((TargetClusters::default(), "unschedulable"))
         }
-    };
-    let target = match failover_state.as_mut() {
-        Some((settings, memory)) if outcome == "scheduled" => make_before_break(
-            &sub, key, target, &failover, settings, memory, &all, recheck,
-        ),
-        _ => target,
-    };
-    if let Err(e) = fwk.run_reserve(&state, &sub, &target) {
-        fwk.run_unreserve(&state, &sub, &target);
+    }
+}
+
+/// The framework's Reserve, Permit, PreBind and Bind points for a decision: the status to
+/// write, or `None` when a Bind plugin bound it itself.
+async fn framework_bind(
+    fwk: &Framework,
+    state: &CycleState,
+    sub: &Subscription,
+    target: &TargetClusters,
+) -> Result<Option<SubscriptionStatus>, CycleError> {
+    if let Err(e) = fwk.run_reserve(state, sub, target) {
+        fwk.run_unreserve(state, sub, target);
         return Err(e.into());
     }
-    fwk.run_permit(&state, &sub, &target)?;
-    fwk.run_pre_bind(&state, &sub, &target).await?;
-    let mut status = match fwk.run_bind(&state, &sub, &target).await? {
-        BindOutcome::PatchStatus(status) => status,
-        BindOutcome::Bound => return Ok(Decided::Done(outcome)),
-    };
-    if dynamic && let Some(inv) = inventory.as_ref() {
-        hold_assigned(reservations, key, sub.status.as_ref(), &status, inv);
-        // short of its replicas while holds take room (even when the binding is unchanged): it
-        // is looked at again as they are released
-        if !reservations.is_empty() && binder::feeds_changed_with(&status, &sub, inv) {
-            *recheck = Some(recheck.map_or(SHORT_RECHECK, |r| r.min(SHORT_RECHECK)));
-        }
+    fwk.run_permit(state, sub, target)?;
+    fwk.run_pre_bind(state, sub, target).await?;
+    Ok(match fwk.run_bind(state, sub, target).await? {
+        BindOutcome::PatchStatus(status) => Some(status),
+        BindOutcome::Bound => None,
+    })
+}
+
+/// The clusters a cycle may bind: a failed-over cluster (or one not given back yet) is no
+/// candidate, whatever toleration (with tolerationSeconds) it had; one within its failover
+/// grace is scheduled as if still ready (only those are copied).
+fn candidates(
+    mut all: Vec<Arc<ManagedCluster>>,
+    failover: &super::failover::Plan,
+) -> Vec<Arc<ManagedCluster>> {
+    if !failover.lost.is_empty() || !failover.damped.is_empty() {
+        all.retain(|c| {
+            let k = cluster_key(c);
+            !failover.lost.contains(&k) && !failover.damped.contains(&k)
+        });
     }
-    if sub.status.as_ref() == Some(&status) {
-        return Ok(Decided::Done(outcome));
+    if failover.hold.is_empty() {
+        return all;
     }
-    if !dynamic {
-        let mut offset = offset_before;
-        let _same = schedule_explained(
-            fwk,
-            &CycleState::new(),
-            &mut offset,
-            &sub,
-            &all,
-            inventory.as_ref(),
-            Some(&mut explanation),
-        )
-        .await;
-    }
-    let left_out: [(&str, &[String]); 2] = [
+    all.into_iter()
+        .map(|c| {
+            if failover.hold.contains(&cluster_key(&c)) {
+                Arc::new(super::failover::as_if_ready(&c))
+            } else {
+                c
+            }
+        })
+        .collect()
+}
+
+/// The clusters a decision left out for failover, with why, for `status.lastDecision`.
+fn left_out(failover: &super::failover::Plan) -> [(&'static str, &[String]); 2] {
+    [
         (
             "failed over: not ready for longer than its failover grace",
             &failover.lost,
@@ -584,56 +713,51 @@ async fn schedule_one_inner(
             "failed over, not given back yet: a fail-back waits until it has been Ready for the stable period",
             &failover.damped,
         ),
-    ];
-    status.last_decision = Some(Box::new(explain::decision_record(
-        &explanation,
-        &status,
-        inventory.as_ref(),
-        &left_out,
-        Time(Timestamp::now()),
-    )));
-    if let Some((settings, memory)) = failover_state.as_mut() {
-        let now = Timestamp::now();
-        for lost in &failover.lost {
-            if !status.binding_clusters.contains(lost) {
-                memory.failed_over(key, lost, now);
-                metrics::counter!("clusternet_scheduler_failover_total").increment(1);
-                let message = format!(
-                    "cluster {lost} has not been ready for longer than its failover grace: failed over to {}",
-                    if status.binding_clusters.is_empty() {
-                        "no cluster (none fits)".to_string()
-                    } else {
-                        status.binding_clusters.join(", ")
-                    }
-                );
-                info!(subscription = %key, %message, "FailedOver");
-                events.warn(sub.as_ref(), "FailedOver", &message);
-            }
-        }
-        for back in &failover.failing_back {
-            if status.binding_clusters.contains(back) {
-                memory.failed_back(key, back);
-                metrics::counter!("clusternet_scheduler_failback_total").increment(1);
-                let message = format!(
-                    "cluster {back} has been Ready for {:?} or longer: it gets its share back, \
-                     make-before-break (replicas leave the others only once it reports them \
-                     available)",
-                    settings.stable
-                );
-                info!(subscription = %key, %message, "FailedBack");
-                events.normal(sub.as_ref(), "FailedBack", &message);
-            }
+    ]
+}
+
+/// Remembers (and tells, as an Event and a metric) the failovers and fail-backs a new binding
+/// carries out: a lost cluster it no longer binds, a returning one it binds again.
+fn record_failover_moves(
+    sub: &Subscription,
+    key: &str,
+    status: &SubscriptionStatus,
+    failover: &super::failover::Plan,
+    settings: &super::failover::Settings,
+    memory: &mut super::failover::Memory,
+    events: &Events,
+) {
+    let now = Timestamp::now();
+    for lost in &failover.lost {
+        if !status.binding_clusters.contains(lost) {
+            memory.failed_over(key, lost, now);
+            metrics::counter!("clusternet_scheduler_failover_total").increment(1);
+            let message = format!(
+                "cluster {lost} has not been ready for longer than its failover grace: failed over to {}",
+                if status.binding_clusters.is_empty() {
+                    "no cluster (none fits)".to_string()
+                } else {
+                    status.binding_clusters.join(", ")
+                }
+            );
+            info!(subscription = %key, %message, "FailedOver");
+            events.warn(sub, "FailedOver", &message);
         }
     }
-    // the write, its event and PostBind run beside the loop (AsyncBinder): the next decision
-    // does not wait for them
-    Ok(Decided::Bind(Box::new(Binding {
-        sub,
-        status,
-        state,
-        target,
-        outcome,
-    })))
+    for back in &failover.failing_back {
+        if status.binding_clusters.contains(back) {
+            memory.failed_back(key, back);
+            metrics::counter!("clusternet_scheduler_failback_total").increment(1);
+            let message = format!(
+                "cluster {back} has been Ready for {:?} or longer: it gets its share back, \
+                 make-before-break (replicas leave the others only once it reports them \
+                 available)",
+                settings.stable
+            );
+            info!(subscription = %key, %message, "FailedBack");
+            events.normal(sub, "FailedBack", &message);
+        }
+    }
 }
 
 /// Dynamic dividing (the only one that divides by predicted capacity).

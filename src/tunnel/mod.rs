@@ -12,7 +12,8 @@
 //!   keepalive) and [`session::TunnelStream`], the socket-like end of one logical connection;
 //! - [`server`]: the hub's registry of agent sessions keyed by cluster ID, plus the socket
 //!   metrics and WebSocket-upgrade helpers for the HTTP layer;
-//! - [`client`]: the agent's connect/reconnect loop.
+//! - [`client`]: the agent's connect/reconnect loop;
+//! - [`table`]: the sessions the hub holds by ID, shared by the registry and the peers.
 //!
 //! - [`peer`]: sessions between hub replicas (§2.6): announcing agent sessions with
 //!   `AddClient`/`RemoveClient` and dialing `<clusterID>::tcp` through a peer that has the agent.
@@ -23,6 +24,7 @@ pub mod peer;
 pub mod peer_client;
 pub mod server;
 pub mod session;
+pub mod table;
 
 use std::time::Duration;
 

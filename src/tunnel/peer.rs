@@ -27,6 +27,7 @@ use async_tungstenite::tungstenite::protocol::Role;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::session::{Session, SessionHandle, SessionOptions, SessionRole};
+use super::table::SessionTable;
 
 /// Header carrying the dialing hub's peer ID.
 pub const PEER_ID_HEADER: &str = "X-API-Tunnel-ID";
@@ -45,8 +46,7 @@ pub struct PeerSessions {
 struct PeersInner {
     /// Peer ID -> token, from the peers' Leases.
     known: HashMap<String, String>,
-    next_session_key: u64,
-    sessions: HashMap<String, Vec<(u64, SessionHandle)>>,
+    sessions: SessionTable,
 }
 
 impl std::fmt::Debug for PeerSessions {
@@ -54,7 +54,7 @@ impl std::fmt::Debug for PeerSessions {
         let inner = self.lock();
         f.debug_struct("PeerSessions")
             .field("known", &inner.known.keys().collect::<Vec<_>>())
-            .field("connected", &inner.sessions.keys().collect::<Vec<_>>())
+            .field("connected", &inner.sessions.connected())
             .finish()
     }
 }
@@ -73,7 +73,7 @@ impl PeerSessions {
         inner.known.insert(id.to_owned(), token.to_owned());
         if changed {
             // A new token is a new incarnation: what it told us before is stale.
-            close_all(inner.sessions.get(id));
+            inner.sessions.close_all(id);
         }
     }
 
@@ -81,7 +81,7 @@ impl PeerSessions {
     pub fn remove_known(&self, id: &str) {
         let mut inner = self.lock();
         inner.known.remove(id);
-        close_all(inner.sessions.get(id));
+        inner.sessions.close_all(id);
     }
 
     /// Whether a connection claiming peer `id` with `token` may be accepted.
@@ -96,18 +96,11 @@ impl PeerSessions {
     {
         let ws = WebSocketStream::from_raw_socket(TokioAdapter::new(io), Role::Server, None).await;
         let (key, handle) = {
-            let mut inner = self.lock();
-            inner.next_session_key += 1;
-            let key = inner.next_session_key;
-            let options =
-                SessionOptions::new(SessionRole::Server, format!("{id}/{key}")).with_gossip();
-            let handle = Session::spawn_with(ws, options);
-            inner
-                .sessions
-                .entry(id.to_owned())
-                .or_default()
-                .push((key, handle.clone()));
-            (key, handle)
+            self.lock().sessions.open(id, |key| {
+                let options =
+                    SessionOptions::new(SessionRole::Server, format!("{id}/{key}")).with_gossip();
+                Session::spawn_with(ws, options)
+            })
         };
         let _guard = PeerRegistration {
             peers: self,
@@ -122,11 +115,11 @@ impl PeerSessions {
     /// A live peer session whose hub announced an agent session for `cluster_id`.
     pub fn for_cluster(&self, cluster_id: &str) -> Option<SessionHandle> {
         let inner = self.lock();
-        let mut ids: Vec<&String> = inner.sessions.keys().collect();
+        let mut ids: Vec<(&String, &[(u64, SessionHandle)])> = inner.sessions.iter().collect();
         // Deterministic choice, so retries of one request go the same way.
-        ids.sort();
+        ids.sort_by_key(|(id, _)| *id);
         ids.into_iter()
-            .flat_map(|id| inner.sessions[id].iter())
+            .flat_map(|(_, list)| list.iter())
             .map(|(_, handle)| handle)
             .find(|handle| !handle.is_closed() && handle.has_remote_client(cluster_id))
             .cloned()
@@ -134,31 +127,11 @@ impl PeerSessions {
 
     /// Peer IDs with a live incoming session, sorted.
     pub fn connected(&self) -> Vec<String> {
-        let mut ids: Vec<String> = self
-            .lock()
-            .sessions
-            .iter()
-            .filter(|(_, list)| list.iter().any(|(_, h)| !h.is_closed()))
-            .map(|(id, _)| id.clone())
-            .collect();
-        ids.sort();
-        ids
+        self.lock().sessions.connected()
     }
 
     fn remove(&self, id: &str, key: u64) {
-        let mut inner = self.lock();
-        if let Some(list) = inner.sessions.get_mut(id) {
-            list.retain(|(k, _)| *k != key);
-            if list.is_empty() {
-                inner.sessions.remove(id);
-            }
-        }
-    }
-}
-
-fn close_all(list: Option<&Vec<(u64, SessionHandle)>>) {
-    for (_, handle) in list.into_iter().flatten() {
-        handle.close();
+        self.lock().sessions.remove(id, key);
     }
 }
 

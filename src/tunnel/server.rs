@@ -27,6 +27,7 @@ use tokio::sync::watch;
 use super::peer::PeerSessions;
 
 use super::session::{PING_INTERVAL, Session, SessionHandle, SessionOptions, SessionRole};
+use super::table::SessionTable;
 
 /// Path prefix of the sockets subresource; the cluster ID follows it.
 pub const SOCKETS_PATH_PREFIX: &str = "/apis/proxies.clusternet.io/v1alpha1/sockets/";
@@ -115,9 +116,8 @@ impl Default for SessionRegistry {
 
 #[derive(Default)]
 struct RegistryInner {
-    next_session_key: u64,
     /// Oldest first, so `get` is stable while a reconnecting agent briefly has two sessions.
-    sessions: HashMap<String, Vec<(u64, SessionHandle)>>,
+    sessions: SessionTable,
     /// Places reserved by upgrades that were answered but whose session has not started yet.
     reserved: HashMap<String, usize>,
 }
@@ -195,11 +195,9 @@ impl SessionRegistry {
     }
 
     fn live_in(&self, inner: &RegistryInner, cluster_id: &str) -> usize {
-        let sessions = inner.sessions.get(cluster_id).map_or(0, |list| {
-            list.iter()
-                .filter(|(_, h)| !h.is_closed() && h.silent_for() < self.stale_after)
-                .count()
-        });
+        let sessions = (inner.sessions.of(cluster_id).iter())
+            .filter(|(_, h)| !h.is_closed() && h.silent_for() < self.stale_after)
+            .count();
         sessions + inner.reserved.get(cluster_id).copied().unwrap_or(0)
     }
 
@@ -218,17 +216,11 @@ impl SessionRegistry {
                 release_reserved(&mut inner, cluster_id);
                 slot.taken = true;
             }
-            inner.next_session_key += 1;
-            let session_key = inner.next_session_key;
-            // Key as remotedialer's "<clientKey>/<sessionKey>" so error texts match.
-            let options =
-                SessionOptions::new(SessionRole::Server, format!("{cluster_id}/{session_key}"));
-            let handle = Session::spawn_with(ws, options);
-            inner
-                .sessions
-                .entry(cluster_id.to_owned())
-                .or_default()
-                .push((session_key, handle.clone()));
+            let (session_key, handle) = inner.sessions.open(cluster_id, |key| {
+                // Key as remotedialer's "<clientKey>/<sessionKey>" so error texts match.
+                let name = format!("{cluster_id}/{key}");
+                Session::spawn_with(ws, SessionOptions::new(SessionRole::Server, name))
+            });
             Registration {
                 registry: self,
                 cluster_id: cluster_id.to_owned(),
@@ -256,9 +248,8 @@ impl SessionRegistry {
         let open = || {
             inner
                 .sessions
-                .get(cluster_id)
-                .into_iter()
-                .flatten()
+                .of(cluster_id)
+                .iter()
                 .map(|(_, handle)| handle)
                 .filter(|handle| !handle.is_closed())
         };
@@ -270,15 +261,7 @@ impl SessionRegistry {
 
     /// Cluster IDs with at least one live session, sorted.
     pub fn connected(&self) -> Vec<String> {
-        let mut ids: Vec<String> = self
-            .lock()
-            .sessions
-            .iter()
-            .filter(|(_, list)| list.iter().any(|(_, handle)| !handle.is_closed()))
-            .map(|(id, _)| id.clone())
-            .collect();
-        ids.sort();
-        ids
+        self.lock().sessions.connected()
     }
 
     /// Whether `cluster_id` has a live session.
@@ -311,13 +294,7 @@ impl SessionRegistry {
 
     fn remove(&self, cluster_id: &str, session_key: u64) {
         {
-            let mut inner = self.lock();
-            if let Some(list) = inner.sessions.get_mut(cluster_id) {
-                list.retain(|(key, _)| *key != session_key);
-                if list.is_empty() {
-                    inner.sessions.remove(cluster_id);
-                }
-            }
+            self.lock().sessions.remove(cluster_id, session_key);
         }
         self.changes.send_modify(|n| *n = n.wrapping_add(1));
     }
@@ -467,7 +444,7 @@ mod tests {
         let slot = registry.reserve("c1", 2).expect("place");
         tokio::spawn(slot.serve(hub_io));
         tokio::time::timeout(WAIT, async {
-            while registry.lock().sessions.get("c1").map_or(0, Vec::len) < 1 {
+            while registry.lock().sessions.of("c1").is_empty() {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         })
@@ -496,7 +473,11 @@ mod tests {
         })
         .await
         .expect("the silent session goes stale");
-        assert_eq!(registry.lock().sessions["c1"].len(), 2, "still registered");
+        assert_eq!(
+            registry.lock().sessions.of("c1").len(),
+            2,
+            "still registered"
+        );
         assert!(
             registry
                 .get("c1")
@@ -531,7 +512,7 @@ mod tests {
             agents.push(Session::spawn(agent_ws, SessionRole::Client, "c1".into()));
         }
         tokio::time::timeout(WAIT, async {
-            while registry.lock().sessions.get("c1").map_or(0, Vec::len) < 2 {
+            while registry.lock().sessions.of("c1").len() < 2 {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         })
