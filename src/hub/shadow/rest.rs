@@ -140,6 +140,16 @@ pub enum Decoded {
     DryRun(Value),
 }
 
+impl Decoded {
+    /// The object, and whether the parent's dry run has validated it already.
+    fn split(self) -> (Value, bool) {
+        match self {
+            Decoded::Sent(o) => (o, false),
+            Decoded::DryRun(o) => (o, true),
+        }
+    }
+}
+
 /// JSON and YAML are read here; protobuf is decoded by the parent (see [`dry_run_protobuf`]).
 async fn decode_body(
     api: &ShadowApi,
@@ -563,10 +573,7 @@ async fn create_decoded(
     q: &BTreeMap<String, String>,
 ) -> Result<Value, ApiError> {
     let r = &t.resource;
-    let (mut obj, dry_run_done) = match body {
-        Decoded::Sent(o) => (o, false),
-        Decoded::DryRun(o) => (o, true),
-    };
+    let (mut obj, dry_run_done) = body.split();
     normalize(t, &mut obj)?;
     set_label(&mut obj, CREATED_BY_LABEL, CREATED_BY_HUB);
     let mut validated = if dry_run_done {
@@ -652,10 +659,7 @@ async fn update_decoded(
     q: &BTreeMap<String, String>,
 ) -> Result<Value, ApiError> {
     let r = &t.resource;
-    let (mut obj, dry_run_done) = match body {
-        Decoded::Sent(o) => (o, false),
-        Decoded::DryRun(o) => (o, true),
-    };
+    let (mut obj, dry_run_done) = body.split();
     normalize(t, &mut obj)?;
     match obj["metadata"]["name"].as_str() {
         None | Some("") => obj["metadata"]["name"] = json!(name),
