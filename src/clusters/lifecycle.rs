@@ -336,7 +336,9 @@ async fn track(
         let mut body = apply::status_body(mc, status);
         body["metadata"]["resourceVersion"] = json!(mc.resource_version());
         match apply::apply_status(api, FIELD_MANAGER, &name, &body).await {
-            Ok(_) => {}
+            // into the shared cache at once: a scheduler in this process sees the cluster's new
+            // readiness without waiting for the watch to bring it back
+            Ok(written) => rt.cache.watch::<ManagedCluster>().observe_write(written),
             // the agent wrote in between: try again right away with fresh data
             Err(e) if api_code(&e) == Some(409) => {
                 return Ok(Action::requeue(Duration::from_millis(200)));
@@ -346,13 +348,15 @@ async fn track(
     }
     if let Some(taints) = plan.taints {
         info!(cluster = %name, ?taints, "updating taints");
-        api.patch(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"taints": taints}})),
-        )
-        .await
-        .map_err(err("patching taints"))?;
+        let written = api
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"taints": taints}})),
+            )
+            .await
+            .map_err(err("patching taints"))?;
+        rt.cache.watch::<ManagedCluster>().observe_write(written);
     }
     Ok(Action::requeue(plan.requeue))
 }
