@@ -191,6 +191,30 @@ pub fn idle_limited<G: Send + 'static>(
     what: String,
     guard: Option<G>,
 ) -> HubBody {
+    pumped(body, idle, true, what, guard)
+}
+
+/// Like [`idle_limited`] for a response whose source may rightly be quiet for long (a shadow API
+/// watch: the parent sends nothing while no Manifest changes, and ends the watch itself within
+/// its timeout): only a caller that takes nothing for `idle` gives it up.
+pub fn caller_limited<G: Send + 'static>(
+    body: HubBody,
+    idle: Duration,
+    what: String,
+    guard: Option<G>,
+) -> HubBody {
+    pumped(body, idle, false, what, guard)
+}
+
+/// The pump behind [`idle_limited`] (`source_idle`: a quiet source ends it too) and
+/// [`caller_limited`].
+fn pumped<G: Send + 'static>(
+    body: HubBody,
+    idle: Duration,
+    source_idle: bool,
+    what: String,
+    guard: Option<G>,
+) -> HubBody {
     use http_body_util::BodyExt;
     if idle.is_zero() {
         return match guard {
@@ -204,9 +228,11 @@ pub fn idle_limited<G: Send + 'static>(
         let mut body = body;
         loop {
             // the caller hanging up ends it at once, not at the child's next frame
+            // a source that may rightly be quiet is waited for as long as it takes
+            let wait = if source_idle { idle } else { Duration::MAX };
             let next = tokio::select! {
                 () = tx.closed() => return,
-                next = tokio::time::timeout(idle, body.frame()) => next,
+                next = tokio::time::timeout(wait, body.frame()) => next,
             };
             let frame = match next {
                 Ok(Some(frame)) => frame,
@@ -562,6 +588,47 @@ mod tests {
             .await
             .expect("the child's body is dropped, its sender fails")
             .expect("the child task");
+        drop(body);
+    }
+
+    #[tokio::test]
+    async fn a_quiet_source_keeps_a_caller_limited_response_but_a_stalled_caller_ends_it() {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, BoxError>>(4);
+        let body =
+            super::super::body::boxed(http_body_util::StreamBody::new(tokio_stream_from(rx)));
+        let (guard, mut released) = tokio::sync::oneshot::channel::<()>();
+        let idle = Duration::from_millis(200);
+        let mut body = caller_limited(body, idle, "test".into(), Some(guard));
+        // the source says nothing for three idle timeouts: the response stays
+        tokio::time::sleep(idle * 3).await;
+        assert!(
+            released
+                .try_recv()
+                .is_err_and(|e| e == tokio::sync::oneshot::error::TryRecvError::Empty)
+        );
+        tx.send(Ok(Frame::data(Bytes::from_static(b"late\n"))))
+            .await
+            .expect("send");
+        let frame = body.frame().await.expect("a frame").expect("data");
+        assert_eq!(frame.into_data().ok().as_deref(), Some(&b"late\n"[..]));
+        // now the caller stops reading while the source goes on
+        let source = tokio::spawn(async move {
+            while tx
+                .send(Ok(Frame::data(Bytes::from_static(b"event\n"))))
+                .await
+                .is_ok()
+            {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        });
+        tokio::time::timeout(Duration::from_secs(5), released)
+            .await
+            .expect("the guard is released within the idle timeout")
+            .expect_err("dropped, not sent");
+        tokio::time::timeout(Duration::from_secs(5), source)
+            .await
+            .expect("the source is dropped")
+            .expect("the source task");
         drop(body);
     }
 

@@ -387,7 +387,13 @@ pub async fn watch(
             req.headers(),
         )
         .await?;
-        Ok::<_, ApiError>(resp.map(|body| super::limits::holding(body, guard)))
+        // a caller that stops reading gives its place up after --proxy-idle-timeout, as a
+        // proxied watch does (the parent's own quiet is no reason: it ends the watch in time)
+        let idle = hub.rt.config.proxy_idle_timeout;
+        let what = format!("shadow watch {tail} of {}", user.name);
+        Ok::<_, ApiError>(
+            resp.map(|body| super::limits::caller_limited(body, idle, what, Some(guard))),
+        )
     }
     .await;
     match result {
