@@ -72,3 +72,8 @@ fuzz TARGET SECONDS="600":
 # Benchmarks (release build); figures go to the README's Performance section
 bench:
     cargo bench
+
+# clusternet-rs side by side with the Go original (issue #13): GO_CLUSTERNET_BIN=DIR holding Go
+# Clusternet's clusternet-scheduler (README "Performance" says how to build it); prints the ratio table
+bench-peer:
+    BENCH_PEER=1 cargo bench --bench peer

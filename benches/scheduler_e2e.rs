@@ -9,16 +9,18 @@
 //! Subscription. Nothing can bind faster through this API server on this machine; the ratio of the
 //! two is what clusternet itself costs.
 
+#[path = "common/scheduling.rs"]
+mod scheduling;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clusternet::apis::{ManagedCluster, Subscription};
 use futures::{StreamExt, TryStreamExt};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
+use scheduling::{Figures, Strategy, delete_all, ready_clusters};
 use serde_json::json;
 use support::{Clusternet, TestEnv, TestNamespace, percentile, uid};
 
@@ -31,105 +33,9 @@ fn ratio(ours: &[Duration], bare: &[Duration], p: f64) -> f64 {
     percentile(ours, p).as_secs_f64() / percentile(bare, p).as_secs_f64().max(1e-9)
 }
 
-struct Figures {
-    bound: usize,
-    per_second: f64,
-    latencies: Vec<Duration>,
-}
-
-impl Figures {
-    fn row(&self, workload: &str, binder: &str, n: usize) -> String {
-        format!(
-            "| {workload} | {binder} | {}/{n} | {:.0} | {:.3} s | {:.3} s | {:.3} s |",
-            self.bound,
-            self.per_second,
-            percentile(&self.latencies, 0.5).as_secs_f64(),
-            percentile(&self.latencies, 0.9).as_secs_f64(),
-            percentile(&self.latencies, 0.99).as_secs_f64()
-        )
-    }
-}
-
-/// Creates `n` Subscriptions selecting the clusters labelled `id` (all at once, or one every
-/// `pace`) and times each from its acknowledged creation to the watch event that shows it bound
-/// to every cluster.
 async fn burst(subs: &Api<Subscription>, id: &str, n: usize, pace: Option<Duration>) -> Figures {
-    let (seen_tx, mut seen_rx) = tokio::sync::mpsc::unbounded_channel::<(String, Instant)>();
-    let watched = subs.clone();
-    let watch = tokio::spawn(async move {
-        let mut stream = watcher(watched, watcher::Config::default())
-            .touched_objects()
-            .boxed();
-        while let Some(Ok(s)) = stream.next().await {
-            if s.status.map(|st| st.binding_clusters.len()).unwrap_or(0) == CLUSTERS {
-                let _ = seen_tx.send((s.metadata.name.unwrap_or_default(), Instant::now()));
-            }
-        }
-    });
-    // let the watch start before the burst
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let start = Instant::now();
-    let create = |i: usize| {
-        let subs = subs.clone();
-        let id = id.to_string();
-        async move {
-            let name = format!("s{i:04}");
-            let sub: Subscription = serde_json::from_value(json!({"apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Subscription",
-                "metadata": {"name": name}, "spec": {"subscribers": [{"clusterAffinity": {"matchLabels": {"schedbench": id}}}],
-                "feeds": [{"apiVersion": "v1", "kind": "ConfigMap", "namespace": "x", "name": "y"}]}}))
-            .expect("a Subscription");
-            subs.create(&PostParams::default(), &sub)
-                .await
-                .expect("creating a Subscription");
-            // creation is acknowledged: from here the Subscription is the binder's
-            (name, Instant::now())
-        }
-    };
-    let created: BTreeMap<String, Instant> = match pace {
-        // as fast as 32 concurrent requests go
-        None => {
-            futures::stream::iter(0..n)
-                .map(create)
-                .buffer_unordered(32)
-                .collect()
-                .await
-        }
-        // one every `every`, whether or not the last was acknowledged
-        Some(every) => {
-            let mut tick = tokio::time::interval(every);
-            let mut pending = Vec::new();
-            for i in 0..n {
-                tick.tick().await;
-                pending.push(tokio::spawn(create(i)));
-            }
-            futures::future::join_all(pending)
-                .await
-                .into_iter()
-                .filter_map(Result::ok)
-                .collect()
-        }
-    };
-    let mut bound: BTreeMap<String, Duration> = BTreeMap::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
-    while bound.len() < n {
-        let Ok(Some((name, at))) = tokio::time::timeout_at(deadline, seen_rx.recv()).await else {
-            break;
-        };
-        if let Some(t) = created.get(&name) {
-            bound
-                .entry(name)
-                .or_insert_with(|| at.saturating_duration_since(*t));
-        }
-    }
-    let total = start.elapsed();
-    watch.abort();
-    let mut latencies: Vec<Duration> = bound.values().copied().collect();
-    latencies.sort();
-    Figures {
-        bound: bound.len(),
-        per_second: bound.len() as f64 / total.as_secs_f64(),
-        latencies,
-    }
+    let limit = Duration::from_secs(600);
+    scheduling::burst(subs, id, n, CLUSTERS, Strategy::Replication, pace, limit).await
 }
 
 /// The yardstick's binder: every Subscription without a status gets the binding to all clusters
@@ -197,18 +103,6 @@ fn bare_binder(kubeconfig: std::path::PathBuf, ns: String, clusters: Vec<String>
     }
 }
 
-async fn delete_all(subs: &Api<Subscription>) {
-    let _ = subs
-        .delete_collection(&DeleteParams::default(), &ListParams::default())
-        .await;
-    for _ in 0..300 {
-        match subs.list(&ListParams::default()).await {
-            Ok(l) if l.items.is_empty() => return,
-            _ => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
-}
-
 #[tokio::main]
 async fn main() {
     let env = TestEnv::get();
@@ -217,26 +111,7 @@ async fn main() {
     let id = uid();
     let ns = TestNamespace::create(&parent, &env.parent_kubeconfig(), "schedbench").await;
     let mcs: Api<ManagedCluster> = Api::namespaced(parent.clone(), &ns.name);
-    let mut keys = Vec::new();
-    for i in 0..CLUSTERS {
-        let name = format!("c{i:03}");
-        let mc: ManagedCluster = serde_json::from_value(json!({
-            "apiVersion": "clusters.clusternet.io/v1beta1", "kind": "ManagedCluster",
-            "metadata": {"name": name, "labels": {"schedbench": id}},
-            "spec": {"clusterId": format!("00000000-0000-4000-8000-{i:012}"), "syncMode": "Pull"}}))
-        .expect("a ManagedCluster");
-        let created = mcs
-            .create(&PostParams::default(), &mc)
-            .await
-            .expect("creating a ManagedCluster");
-        let mut ready = created.clone();
-        ready.status = Some(serde_json::from_value(json!({"conditions": [{"type": "Ready", "status": "True",
-            "reason": "ManagedClusterReady", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]})).expect("status"));
-        mcs.replace_status(&name, &PostParams::default(), &ready)
-            .await
-            .expect("status");
-        keys.push(format!("{}/{name}", ns.name));
-    }
+    let keys = ready_clusters(&mcs, &ns.name, &id, CLUSTERS).await;
     let subs: Api<Subscription> = Api::namespaced(parent.clone(), &ns.name);
     let n = subscriptions();
 

@@ -1,0 +1,241 @@
+//! What the scheduling benches share (`scheduler_e2e.rs`, `peer.rs`): fake Ready ManagedClusters,
+//! a burst of Subscriptions timed from each acknowledged creation to the watch event that shows it
+//! bound, and the clean-up between runs. Any scheduler that writes `status.bindingClusters`
+//! (ours, the Go original, a bare client) is measured the same way.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use clusternet::apis::{FeedInventory, ManagedCluster, Subscription};
+use futures::StreamExt;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::json;
+
+use crate::support::percentile;
+
+/// How a burst went: Subscriptions bound to every cluster, per second of the whole burst, and
+/// creation -> binding latencies (ascending).
+pub struct Figures {
+    pub bound: usize,
+    pub per_second: f64,
+    pub latencies: Vec<Duration>,
+}
+
+impl Figures {
+    pub fn row(&self, workload: &str, binder: &str, n: usize) -> String {
+        format!(
+            "| {workload} | {binder} | {}/{n} | {:.0} | {:.3} s | {:.3} s | {:.3} s |",
+            self.bound,
+            self.per_second,
+            self.p(0.5).as_secs_f64(),
+            self.p(0.9).as_secs_f64(),
+            self.p(0.99).as_secs_f64()
+        )
+    }
+
+    pub fn p(&self, q: f64) -> Duration {
+        percentile(&self.latencies, q)
+    }
+}
+
+/// Creates `count` Ready ManagedClusters in `ns`, labelled `schedbench=<id>`, with a fresh
+/// heartbeat; their keys (`ns/name`) as a binding lists them.
+pub async fn ready_clusters(
+    mcs: &Api<ManagedCluster>,
+    ns: &str,
+    id: &str,
+    count: usize,
+) -> Vec<String> {
+    let mut keys = Vec::new();
+    for i in 0..count {
+        let name = format!("c{i:04}");
+        let mc: ManagedCluster = serde_json::from_value(json!({
+            "apiVersion": "clusters.clusternet.io/v1beta1", "kind": "ManagedCluster",
+            "metadata": {"name": name, "labels": {"schedbench": id}},
+            "spec": {"clusterId": format!("00000000-0000-4000-8000-{i:012}"), "syncMode": "Pull"}}))
+        .expect("a ManagedCluster");
+        let created = mcs
+            .create(&PostParams::default(), &mc)
+            .await
+            .expect("creating a ManagedCluster");
+        let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        let mut ready = created.clone();
+        ready.status = Some(
+            serde_json::from_value(
+                json!({"lastObservedTime": now, "healthz": true, "livez": true, "readyz": true,
+                "conditions": [{"type": "Ready", "status": "True", "reason": "ManagedClusterReady",
+                "message": "", "lastTransitionTime": now}]}),
+            )
+            .expect("status"),
+        );
+        mcs.replace_status(&name, &PostParams::default(), &ready)
+            .await
+            .expect("status");
+        keys.push(format!("{ns}/{name}"));
+    }
+    keys
+}
+
+/// The shape of the Subscriptions a burst creates.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Strategy {
+    Replication,
+    /// Static dividing of `replicas` over the clusters, weight 1 each (a FeedInventory per
+    /// Subscription is created before the burst, as the controller would).
+    StaticDividing {
+        replicas: i32,
+    },
+}
+
+fn subscription(name: &str, id: &str, strategy: Strategy) -> Subscription {
+    let feed = match strategy {
+        Strategy::Replication => {
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "namespace": "x", "name": "y"})
+        }
+        Strategy::StaticDividing { .. } => {
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "namespace": "x", "name": "y"})
+        }
+    };
+    let affinity = json!({"clusterAffinity": {"matchLabels": {"schedbench": id}}});
+    let spec = match strategy {
+        Strategy::Replication => json!({"subscribers": [affinity], "feeds": [feed]}),
+        Strategy::StaticDividing { .. } => {
+            let mut subscriber = affinity;
+            subscriber["weight"] = json!(1);
+            json!({"schedulingStrategy": "Dividing", "dividingScheduling": {"type": "Static"},
+                "subscribers": [subscriber], "feeds": [feed]})
+        }
+    };
+    serde_json::from_value(
+        json!({"apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Subscription",
+        "metadata": {"name": name}, "spec": spec}),
+    )
+    .expect("a Subscription")
+}
+
+/// The FeedInventories a Static-dividing burst needs (what the controller's inventory would write).
+pub async fn inventories(finvs: &Api<FeedInventory>, n: usize, replicas: i32) {
+    let create = |i: usize| {
+        let finvs = finvs.clone();
+        async move {
+            let finv: FeedInventory = serde_json::from_value(json!({
+                "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "FeedInventory",
+                "metadata": {"name": format!("s{i:05}")},
+                "spec": {"feeds": [{"apiVersion": "apps/v1", "kind": "Deployment", "namespace": "x", "name": "y",
+                    "desiredReplicas": replicas, "replicaJsonPath": "/spec/replicas"}]}}))
+            .expect("a FeedInventory");
+            finvs
+                .create(&PostParams::default(), &finv)
+                .await
+                .expect("creating a FeedInventory");
+        }
+    };
+    futures::stream::iter(0..n)
+        .map(create)
+        .buffer_unordered(32)
+        .collect::<Vec<_>>()
+        .await;
+}
+
+/// Creates `n` Subscriptions selecting the clusters labelled `id` (all at once by 32 concurrent
+/// requests, or one every `pace`) and times each from its acknowledged creation to the watch
+/// event that shows it bound to all `clusters`. Gives up on the stragglers after `limit`.
+pub async fn burst(
+    subs: &Api<Subscription>,
+    id: &str,
+    n: usize,
+    clusters: usize,
+    strategy: Strategy,
+    pace: Option<Duration>,
+    limit: Duration,
+) -> Figures {
+    let (seen_tx, mut seen_rx) = tokio::sync::mpsc::unbounded_channel::<(String, Instant)>();
+    let watched = subs.clone();
+    let watch = tokio::spawn(async move {
+        let mut stream = watcher(watched, watcher::Config::default())
+            .touched_objects()
+            .boxed();
+        while let Some(Ok(s)) = stream.next().await {
+            if s.status.map(|st| st.binding_clusters.len()).unwrap_or(0) == clusters {
+                let _ = seen_tx.send((s.metadata.name.unwrap_or_default(), Instant::now()));
+            }
+        }
+    });
+    // let the watch start before the burst
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let start = Instant::now();
+    let create = |i: usize| {
+        let subs = subs.clone();
+        let id = id.to_string();
+        async move {
+            let name = format!("s{i:05}");
+            subs.create(&PostParams::default(), &subscription(&name, &id, strategy))
+                .await
+                .expect("creating a Subscription");
+            // creation is acknowledged: from here the Subscription is the binder's
+            (name, Instant::now())
+        }
+    };
+    let created: BTreeMap<String, Instant> = match pace {
+        None => {
+            futures::stream::iter(0..n)
+                .map(create)
+                .buffer_unordered(32)
+                .collect()
+                .await
+        }
+        // one every `every`, whether or not the last was acknowledged
+        Some(every) => {
+            let mut tick = tokio::time::interval(every);
+            let mut pending = Vec::new();
+            for i in 0..n {
+                tick.tick().await;
+                pending.push(tokio::spawn(create(i)));
+            }
+            futures::future::join_all(pending)
+                .await
+                .into_iter()
+                .filter_map(Result::ok)
+                .collect()
+        }
+    };
+    let mut bound: BTreeMap<String, Duration> = BTreeMap::new();
+    let deadline = tokio::time::Instant::now() + limit;
+    while bound.len() < n {
+        let Ok(Some((name, at))) = tokio::time::timeout_at(deadline, seen_rx.recv()).await else {
+            break;
+        };
+        if let Some(t) = created.get(&name) {
+            bound
+                .entry(name)
+                .or_insert_with(|| at.saturating_duration_since(*t));
+        }
+    }
+    let total = start.elapsed();
+    watch.abort();
+    let mut latencies: Vec<Duration> = bound.values().copied().collect();
+    latencies.sort();
+    Figures {
+        bound: bound.len(),
+        per_second: bound.len() as f64 / total.as_secs_f64(),
+        latencies,
+    }
+}
+
+/// Deletes every object of `api` and waits until the list is empty (at most 30 s).
+pub async fn delete_all<K>(api: &Api<K>)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let _ = api
+        .delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await;
+    for _ in 0..300 {
+        match api.list(&ListParams::default()).await {
+            Ok(l) if l.items.is_empty() => return,
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}

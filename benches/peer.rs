@@ -1,0 +1,619 @@
+//! clusternet-rs side by side with the Go original (issue #13, `just bench-peer`): the same
+//! workloads against the same real parent API server, back to back, alternating which system goes
+//! first in each round, at both systems' default client limits and at equal lifted limits.
+//!
+//! Workload (scheduling): `BENCH_PEER_CLUSTERS` (100) fake Ready ManagedClusters; a burst of
+//! `BENCH_PEER_SUBSCRIPTIONS` (200) Replication Subscriptions, then one of as many Static-dividing
+//! ones (their FeedInventories written first, as the controller would), each created by 32
+//! concurrent requests; creation -> `status.bindingClusters` naming every cluster, seen through a
+//! watch. The scheduler process's CPU seconds and memory (VmRSS idle after warm-up, VmHWM) over
+//! the same work. `BENCH_PEER_ROUNDS` (2) rounds per limit setting; each figure is the median of
+//! the rounds.
+//!
+//! Workload (registration): `BENCH_PEER_AGENTS` (10) agents started together over the three
+//! children, each in a namespace of its own there (its Lease's UID is its cluster ID), the
+//! system's own controller approving: bootstrap token -> Ready ManagedCluster, the agents' and
+//! the controller's memory and CPU. `BENCH_PEER_ONLY=scheduling|registration` runs one of them.
+//!
+//! The Go binaries come from `GO_CLUSTERNET_BIN` (a directory holding `clusternet-scheduler`):
+//! the Go module proxy does not serve the `github.com/clusternet/clusternet` module itself, so
+//! build it from upstream's source, see README "Performance".
+
+#[path = "common/scheduling.rs"]
+mod scheduling;
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::atomic::{AtomicU16, Ordering::SeqCst};
+use std::time::{Duration, Instant};
+
+use clusternet::apis::known::CLUSTER_ID_LABEL;
+use clusternet::apis::{ClusterRegistrationRequest, FeedInventory, ManagedCluster, Subscription};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DeleteParams, ListParams};
+use scheduling::{Figures, Strategy, burst, delete_all, inventories, ready_clusters};
+use support::{ProcUsage, TestEnv, TestNamespace, percentile, uid};
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum System {
+    Go,
+    Rust,
+}
+
+/// Client limits: each system's own defaults, or the same lifted limits for both.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Limits {
+    Default,
+    Lifted,
+}
+
+impl Limits {
+    fn name(self) -> &'static str {
+        match self {
+            Limits::Default => "default limits (Go 50 qps/100 burst, ours 100/200)",
+            Limits::Lifted => "lifted limits (10000 qps/20000 burst both)",
+        }
+    }
+}
+
+/// A loopback port below the ephemeral range (32768 and up here), free when asked: a port the
+/// kernel just handed out as free can go to the next outgoing connection before the process
+/// binds it, which happened with a dozen processes connecting at once.
+fn quiet_port() -> u16 {
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let _ = NEXT.compare_exchange(
+        0,
+        20000 + (std::process::id() % 1000) as u16 * 10,
+        SeqCst,
+        SeqCst,
+    );
+    loop {
+        let port = NEXT.fetch_add(1, SeqCst);
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// A process of either system; SIGKILLed when dropped.
+struct Proc {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Proc {
+    fn usage(&self) -> ProcUsage {
+        ProcUsage::of(self.child.id())
+    }
+}
+
+/// Starts `role` (scheduler, controller or agent) of `system` with `args` and the client limits.
+fn spawn(system: System, role: &str, limits: Limits, go_bin: &Path, args: &[String]) -> Proc {
+    let env = TestEnv::get();
+    let log = env
+        .dir
+        .join("logs")
+        .join(format!("peer-{system:?}-{role}-{}.log", uid()));
+    let file = std::fs::File::create(&log).expect("creating a log file");
+    let mut command = match system {
+        System::Go => {
+            let program = match role {
+                "controller" => "clusternet-controller-manager".to_string(),
+                other => format!("clusternet-{other}"),
+            };
+            let mut c = Command::new(go_bin.join(program));
+            // a port of its own on loopback: several share this host (`--secure-port=0`, no
+            // serving, makes v0.18.1's controller-manager dereference a nil server and panic)
+            c.args([
+                "--bind-address=127.0.0.1".to_string(),
+                format!("--secure-port={}", quiet_port()),
+            ]);
+            c
+        }
+        System::Rust => {
+            let mut c = Command::new(env!("CARGO_BIN_EXE_clusternet"));
+            c.env("RUST_LOG", "info").args([
+                format!("--role={role}"),
+                format!("--health-bind-address=127.0.0.1:{}", quiet_port()),
+            ]);
+            if role == "agent" {
+                c.arg("--predictor-port=0");
+            }
+            c
+        }
+    };
+    if limits == Limits::Lifted {
+        command.args(["--kube-api-qps=10000", "--kube-api-burst=20000"]);
+    }
+    let child = command
+        .args(args)
+        .stdout(file.try_clone().expect("log file handle"))
+        .stderr(file)
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting the {system:?} {role}: {e}"));
+    Proc { child, log }
+}
+
+/// A parent role (scheduler, controller) without leader election.
+fn parent_role(system: System, role: &str, limits: Limits, go_bin: &Path) -> Proc {
+    let kubeconfig = format!(
+        "--kubeconfig={}",
+        TestEnv::get().parent_kubeconfig().display()
+    );
+    let mut args = vec![kubeconfig, "--leader-elect=false".to_string()];
+    if system == System::Go && role == "controller" {
+        // v0.18.1's --controllers has no default: without it every controller is off
+        args.push("--controllers=*".to_string());
+    }
+    spawn(system, role, limits, go_bin, &args)
+}
+
+/// What one system did in one round.
+struct Run {
+    replication: Figures,
+    dividing: Figures,
+    idle_rss_mib: f64,
+    usage: ProcUsage,
+}
+
+struct Bench {
+    env: &'static TestEnv,
+    go_bin: PathBuf,
+    id: String,
+    clusters: usize,
+    n: usize,
+    subs: Api<Subscription>,
+    finvs: Api<FeedInventory>,
+}
+
+impl Bench {
+    async fn run(&self, system: System, limits: Limits) -> Run {
+        let scheduler = parent_role(system, "scheduler", limits, &self.go_bin);
+        // warm-up: the scheduler is serving once it binds one Subscription (informers synced)
+        let warm = burst(
+            &self.subs,
+            &self.id,
+            1,
+            self.clusters,
+            Strategy::Replication,
+            None,
+            Duration::from_secs(120),
+        )
+        .await;
+        assert_eq!(
+            warm.bound,
+            1,
+            "the {system:?} scheduler bound nothing within 120 s; its log: {}",
+            scheduler.log.display()
+        );
+        delete_all(&self.subs).await;
+        let idle_rss_mib = scheduler.usage().rss_mib;
+        let limit = Duration::from_secs(300);
+        let replication = burst(
+            &self.subs,
+            &self.id,
+            self.n,
+            self.clusters,
+            Strategy::Replication,
+            None,
+            limit,
+        )
+        .await;
+        delete_all(&self.subs).await;
+        let replicas = 2 * self.clusters as i32;
+        inventories(&self.finvs, self.n, replicas).await;
+        let dividing = burst(
+            &self.subs,
+            &self.id,
+            self.n,
+            self.clusters,
+            Strategy::StaticDividing { replicas },
+            None,
+            limit,
+        )
+        .await;
+        let usage = scheduler.usage();
+        drop(scheduler);
+        delete_all(&self.subs).await;
+        delete_all(&self.finvs).await;
+        Run {
+            replication,
+            dividing,
+            idle_rss_mib,
+            usage,
+        }
+    }
+}
+
+/// Registration figures of one system in one round.
+struct Registration {
+    times: Vec<Duration>,
+    agents: usize,
+    controller: ProcUsage,
+    agent_rss_mib: f64,
+}
+
+/// An agent being registered: its process, its namespace in the child, when it started and when
+/// its ManagedCluster was first seen Ready.
+struct Registering {
+    proc: Proc,
+    ns: TestNamespace,
+    child: kube::Client,
+    started: Instant,
+    ready: Option<Duration>,
+    cluster_id: Option<String>,
+}
+
+impl Registering {
+    /// Ready yet? Its cluster ID is its Lease's UID (in both systems).
+    async fn check(&mut self, parent: &kube::Client) {
+        if self.cluster_id.is_none() {
+            let leases: Api<Lease> = Api::namespaced(self.child.clone(), &self.ns.name);
+            self.cluster_id = leases
+                .get("clusternet-agent")
+                .await
+                .ok()
+                .and_then(|l| l.metadata.uid);
+        }
+        let Some(id) = &self.cluster_id else { return };
+        let selector = format!("{CLUSTER_ID_LABEL}={id}");
+        let listed = Api::<ManagedCluster>::all(parent.clone())
+            .list(&ListParams::default().labels(&selector))
+            .await;
+        let ready = listed
+            .ok()
+            .and_then(|l| l.items.into_iter().next())
+            .and_then(|mc| mc.status)
+            .is_some_and(|s| s.condition("Ready").is_some_and(|c| c.status == "True"));
+        if ready {
+            self.ready = Some(self.started.elapsed());
+        }
+    }
+}
+
+/// Deletes what registering `cluster_id` left in the parent: its request, its ManagedCluster's
+/// namespace (the ManagedCluster, its ServiceAccount and credentials with it).
+async fn forget(parent: &kube::Client, cluster_id: &str) {
+    let dp = DeleteParams::default();
+    let _ = Api::<ClusterRegistrationRequest>::all(parent.clone())
+        .delete(&format!("clusternet-{cluster_id}"), &dp)
+        .await;
+    let selector = format!("{CLUSTER_ID_LABEL}={cluster_id}");
+    if let Ok(l) = Api::<ManagedCluster>::all(parent.clone())
+        .list(&ListParams::default().labels(&selector))
+        .await
+    {
+        for ns in l
+            .items
+            .iter()
+            .filter_map(|mc| mc.metadata.namespace.clone())
+        {
+            let _ = Api::<Namespace>::all(parent.clone()).delete(&ns, &dp).await;
+        }
+    }
+}
+
+impl Bench {
+    /// `agents` agents started together over the children, each in its own namespace there, with
+    /// the system's own controller approving: bootstrap token -> Ready ManagedCluster.
+    async fn register(&self, system: System, limits: Limits, agents: usize) -> Registration {
+        let env = self.env;
+        let parent = env.parent().await;
+        let controller = parent_role(system, "controller", limits, &self.go_bin);
+        let mut registering = Vec::new();
+        for n in 0..agents {
+            let i = n % env.children + 1;
+            let child = env.child(i).await;
+            let ns = TestNamespace::create(&child, &env.child_kubeconfig(i), "peerreg").await;
+            let mut args = vec![
+                format!("--kubeconfig={}", env.child_kubeconfig(i).display()),
+                format!("--cluster-reg-parent-url={}", env.parent_url()),
+                format!("--cluster-reg-token={}", env.bootstrap_token()),
+                format!("--cluster-reg-name=peer-{n}-{}", &ns.name[8..]),
+                format!("--leader-elect-resource-namespace={}", ns.name),
+                // the same status cadence for both (Go's default is 20 s)
+                "--cluster-status-collect-frequency=1s".to_string(),
+            ];
+            if system == System::Rust {
+                args.push(format!("--system-namespace={}", ns.name));
+            }
+            let started = Instant::now();
+            let proc = spawn(system, "agent", limits, &self.go_bin, &args);
+            registering.push(Registering {
+                proc,
+                ns,
+                child,
+                started,
+                ready: None,
+                cluster_id: None,
+            });
+        }
+        let deadline = Instant::now() + Duration::from_secs(180);
+        while registering.iter().any(|r| r.ready.is_none()) && Instant::now() < deadline {
+            for r in registering.iter_mut().filter(|r| r.ready.is_none()) {
+                r.check(&parent).await;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let mut times: Vec<Duration> = registering.iter().filter_map(|r| r.ready).collect();
+        times.sort();
+        let rss: Vec<f64> = registering.iter().map(|r| r.proc.usage().rss_mib).collect();
+        let usage = controller.usage();
+        drop(controller);
+        for r in registering {
+            let Registering {
+                proc, cluster_id, ..
+            } = r;
+            drop(proc);
+            if let Some(id) = cluster_id {
+                forget(&parent, &id).await;
+            }
+        }
+        Registration {
+            times,
+            agents,
+            controller: usage,
+            agent_rss_mib: median(rss),
+        }
+    }
+}
+
+/// The median of the rounds' values (the mean of the middle two for an even count).
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// One row: the figure for Go and for us, and how many times better ours is (>1: ours better).
+fn row(limits: &str, figure: &str, unit: &str, go: f64, rust: f64, lower_is_better: bool) {
+    let ratio = if lower_is_better {
+        go / rust.max(f64::MIN_POSITIVE)
+    } else {
+        rust / go.max(f64::MIN_POSITIVE)
+    };
+    println!("| {limits} | {figure} | {go:.3} {unit} | {rust:.3} {unit} | {ratio:.2}x |");
+}
+
+fn report(limits: Limits, n: usize, go: &[Run], rust: &[Run]) {
+    let of = |runs: &[Run], f: &dyn Fn(&Run) -> f64| median(runs.iter().map(f).collect());
+    let l = limits_key(limits);
+    for (what, pick) in [
+        (
+            "Replication",
+            (|r: &Run| &r.replication) as fn(&Run) -> &Figures,
+        ),
+        ("Static dividing", |r: &Run| &r.dividing),
+    ] {
+        let bound = |runs: &[Run]| runs.iter().map(|r| pick(r).bound).min().unwrap_or(0);
+        println!(
+            "| {l} | {what}: bound (fewest of the rounds) | {}/{n} | {}/{n} | |",
+            bound(go),
+            bound(rust)
+        );
+        for (q, name) in [(0.5, "p50"), (0.9, "p90"), (0.99, "p99")] {
+            let lat = |r: &Run| pick(r).p(q).as_secs_f64();
+            row(
+                l,
+                &format!("{what}: create -> binding {name}"),
+                "s",
+                of(go, &lat),
+                of(rust, &lat),
+                true,
+            );
+        }
+        let tput = |r: &Run| pick(r).per_second;
+        row(
+            l,
+            &format!("{what}: bindings/s"),
+            "/s",
+            of(go, &tput),
+            of(rust, &tput),
+            false,
+        );
+    }
+    let cpu = format!("scheduler CPU for {} bindings", 2 * n + 1);
+    rows(
+        l,
+        go,
+        rust,
+        &[
+            ("scheduler RSS after warm-up", "MiB", |r| r.idle_rss_mib),
+            ("scheduler peak RSS (VmHWM)", "MiB", |r| {
+                r.usage.peak_rss_mib
+            }),
+            (&cpu, "s", |r| r.usage.cpu_seconds),
+        ],
+    );
+}
+
+/// A figure where lower is better: its name, its unit and how to read it from one round.
+type Lower<'a, R> = (&'a str, &'a str, fn(&R) -> f64);
+
+/// Rows of figures where lower is better (memory, CPU): the median of each system's rounds.
+fn rows<R>(l: &str, go: &[R], rust: &[R], figures: &[Lower<'_, R>]) {
+    for (figure, unit, f) in figures {
+        let of = |runs: &[R]| median(runs.iter().map(f).collect());
+        row(l, figure, unit, of(go), of(rust), true);
+    }
+}
+
+/// The registration rows: `agents` agents started together, each system's own controller.
+fn report_registration(go: &[Registration], rust: &[Registration]) {
+    let of = |runs: &[Registration], f: &dyn Fn(&Registration) -> f64| {
+        median(runs.iter().map(f).collect())
+    };
+    let ready = |runs: &[Registration]| {
+        let fewest = runs.iter().map(|r| r.times.len()).min().unwrap_or(0);
+        format!("{fewest}/{}", runs.first().map(|r| r.agents).unwrap_or(0))
+    };
+    let l = "default";
+    println!(
+        "| {l} | registration: agents Ready (fewest of the rounds) | {} | {} | |",
+        ready(go),
+        ready(rust)
+    );
+    for (q, name) in [(0.5, "p50"), (0.99, "p99")] {
+        let t = |r: &Registration| percentile(&r.times, q).as_secs_f64();
+        let figure = format!("registration: bootstrap token -> Ready {name}");
+        row(l, &figure, "s", of(go, &t), of(rust, &t), true);
+    }
+    rows(
+        l,
+        go,
+        rust,
+        &[
+            ("agent RSS when Ready (median agent)", "MiB", |r| {
+                r.agent_rss_mib
+            }),
+            ("controller peak RSS (VmHWM) while approving", "MiB", |r| {
+                r.controller.peak_rss_mib
+            }),
+            ("controller CPU while approving", "s", |r| {
+                r.controller.cpu_seconds
+            }),
+        ],
+    );
+}
+
+/// Runs `work` for both systems, `rounds` times, alternating which goes first; (Go's, ours).
+async fn alternate<T, F, Fut>(rounds: usize, label: &str, mut work: F) -> (Vec<T>, Vec<T>)
+where
+    F: FnMut(System) -> Fut,
+    Fut: std::future::Future<Output = T>,
+{
+    let (mut go, mut rust) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let order = if round % 2 == 0 {
+            [System::Go, System::Rust]
+        } else {
+            [System::Rust, System::Go]
+        };
+        for system in order {
+            eprintln!("bench-peer: {label}, round {}, {system:?}", round + 1);
+            let done = work(system).await;
+            match system {
+                System::Go => go.push(done),
+                System::Rust => rust.push(done),
+            }
+        }
+    }
+    (go, rust)
+}
+
+/// `GO_CLUSTERNET_BIN`, checked; a readable reason when it is missing.
+fn go_bin() -> Result<PathBuf, String> {
+    let dir = std::env::var("GO_CLUSTERNET_BIN").map_err(|_| {
+        "GO_CLUSTERNET_BIN is not set: point it at a directory holding the Go original's \
+         clusternet-scheduler (README \"Performance\" says how to build it)"
+            .to_string()
+    })?;
+    let dir = PathBuf::from(dir);
+    let scheduler = dir.join("clusternet-scheduler");
+    if !scheduler.is_file() {
+        return Err(format!(
+            "GO_CLUSTERNET_BIN={}: no clusternet-scheduler there",
+            dir.display()
+        ));
+    }
+    Ok(dir)
+}
+
+#[tokio::main]
+async fn main() {
+    // `cargo bench` runs every bench; this one only when asked for (`just bench-peer`)
+    if std::env::var_os("BENCH_PEER").is_none() {
+        eprintln!("bench-peer: skipped (run `just bench-peer` with GO_CLUSTERNET_BIN set)");
+        return;
+    }
+    let go_bin = match go_bin() {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("bench-peer: {e}");
+            std::process::exit(2);
+        }
+    };
+    let env = TestEnv::get();
+    env.install_crds();
+    let parent = env.parent().await;
+    let clusters = support::env_or("BENCH_PEER_CLUSTERS", 100);
+    let n = support::env_or("BENCH_PEER_SUBSCRIPTIONS", 200);
+    let rounds = support::env_or("BENCH_PEER_ROUNDS", 2);
+    let id = uid();
+    let ns = TestNamespace::create(&parent, &env.parent_kubeconfig(), "peerbench").await;
+    let mcs: Api<ManagedCluster> = Api::namespaced(parent.clone(), &ns.name);
+    ready_clusters(&mcs, &ns.name, &id, clusters).await;
+    let bench = Bench {
+        env,
+        go_bin,
+        id,
+        clusters,
+        n,
+        subs: Api::namespaced(parent.clone(), &ns.name),
+        finvs: Api::namespaced(parent.clone(), &ns.name),
+    };
+    // BENCH_PEER_ONLY=scheduling or =registration runs one workload
+    let only = std::env::var("BENCH_PEER_ONLY").unwrap_or_default();
+    let mut results = Vec::new();
+    let limit_settings = if only == "registration" {
+        &[][..]
+    } else {
+        &[Limits::Default, Limits::Lifted][..]
+    };
+    for &limits in limit_settings {
+        let label = limits.name();
+        let (go, rust) = alternate(rounds, label, |system| bench.run(system, limits)).await;
+        results.push((limits, go, rust));
+    }
+    if !results.is_empty() {
+        println!(
+            "clusternet-rs against Go Clusternet, scheduling through one parent API server: {clusters} Ready \
+             ManagedClusters, bursts of {n} Subscriptions (32 concurrent creations), {rounds} rounds \
+             alternating who goes first, medians; ratio > 1: clusternet-rs better"
+        );
+        for (limits, _, _) in &results {
+            println!("- {}: {}", limits_key(*limits), limits.name());
+        }
+        println!("| limits | figure | Go | clusternet-rs | ratio |");
+        println!("|---|---|---|---|---|");
+        for (limits, go, rust) in &results {
+            report(*limits, n, go, rust);
+        }
+    }
+    if only == "scheduling" {
+        return;
+    }
+    let agents = support::env_or("BENCH_PEER_AGENTS", 10);
+    let (go_reg, rust_reg) = alternate(rounds, "registration", |system| {
+        bench.register(system, Limits::Default, agents)
+    })
+    .await;
+    println!(
+        "registration: {agents} agents started together over {} children, each system's own \
+         controller approving, {rounds} rounds alternating who goes first, medians",
+        env.children
+    );
+    println!("| limits | figure | Go | clusternet-rs | ratio |");
+    println!("|---|---|---|---|---|");
+    report_registration(&go_reg, &rust_reg);
+}
+
+fn limits_key(l: Limits) -> &'static str {
+    match l {
+        Limits::Default => "default",
+        Limits::Lifted => "lifted",
+    }
+}
