@@ -34,7 +34,9 @@ use clusternet::apis::{ClusterRegistrationRequest, FeedInventory, ManagedCluster
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DeleteParams, ListParams};
-use scheduling::{Figures, Strategy, burst, delete_all, inventories, ready_clusters};
+use scheduling::{
+    Drain, Figures, Strategy, burst, create_all, delete_all, drain, inventories, ready_clusters,
+};
 use support::{ProcUsage, TestEnv, TestNamespace, percentile, uid};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -121,7 +123,10 @@ fn spawn(system: System, role: &str, limits: Limits, go_bin: &Path, args: &[Stri
             c
         }
         System::Rust => {
-            let mut c = Command::new(env!("CARGO_BIN_EXE_clusternet"));
+            // BENCH_PEER_RUST_BIN: another build of ours (an earlier commit, to compare)
+            let program = std::env::var("BENCH_PEER_RUST_BIN")
+                .unwrap_or_else(|_| env!("CARGO_BIN_EXE_clusternet").to_string());
+            let mut c = Command::new(program);
             c.env("RUST_LOG", "info").args([
                 format!("--role={role}"),
                 format!("--health-bind-address=127.0.0.1:{}", quiet_port()),
@@ -160,6 +165,7 @@ fn parent_role(system: System, role: &str, limits: Limits, go_bin: &Path) -> Pro
 
 /// What one system did in one round.
 struct Run {
+    backlog: Drain,
     replication: Figures,
     dividing: Figures,
     idle_rss_mib: f64,
@@ -178,22 +184,19 @@ struct Bench {
 
 impl Bench {
     async fn run(&self, system: System, limits: Limits) -> Run {
-        let scheduler = parent_role(system, "scheduler", limits, &self.go_bin);
-        // warm-up: the scheduler is serving once it binds one Subscription (informers synced)
-        let warm = burst(
+        // a backlog: the Subscriptions are there before the scheduler starts
+        create_all(&self.subs, &self.id, self.n, Strategy::Replication).await;
+        let (backlog, scheduler) = drain(
             &self.subs,
-            &self.id,
-            1,
+            self.n,
             self.clusters,
-            Strategy::Replication,
-            None,
-            Duration::from_secs(120),
+            Duration::from_secs(300),
+            || parent_role(system, "scheduler", limits, &self.go_bin),
         )
         .await;
-        assert_eq!(
-            warm.bound,
-            1,
-            "the {system:?} scheduler bound nothing within 120 s; its log: {}",
+        assert!(
+            backlog.bound > 0,
+            "the {system:?} scheduler bound nothing within 300 s; its log: {}",
             scheduler.log.display()
         );
         delete_all(&self.subs).await;
@@ -227,6 +230,7 @@ impl Bench {
         delete_all(&self.subs).await;
         delete_all(&self.finvs).await;
         Run {
+            backlog,
             replication,
             dividing,
             idle_rss_mib,
@@ -391,6 +395,39 @@ fn row(limits: &str, figure: &str, unit: &str, go: f64, rust: f64, lower_is_bett
 fn report(limits: Limits, n: usize, go: &[Run], rust: &[Run]) {
     let of = |runs: &[Run], f: &dyn Fn(&Run) -> f64| median(runs.iter().map(f).collect());
     let l = limits_key(limits);
+    let drained = |runs: &[Run]| runs.iter().map(|r| r.backlog.bound).min().unwrap_or(0);
+    println!(
+        "| {l} | backlog of {n} Replication: bound (fewest of the rounds) | {}/{n} | {}/{n} | |",
+        drained(go),
+        drained(rust)
+    );
+    let drain_rate = |r: &Run| r.backlog.per_second;
+    let first = |r: &Run| r.backlog.to_first.as_secs_f64();
+    let last = |r: &Run| r.backlog.to_last.as_secs_f64();
+    row(
+        l,
+        "backlog: bindings/s (first binding to last)",
+        "/s",
+        of(go, &drain_rate),
+        of(rust, &drain_rate),
+        false,
+    );
+    row(
+        l,
+        "backlog: process start -> first binding",
+        "s",
+        of(go, &first),
+        of(rust, &first),
+        true,
+    );
+    row(
+        l,
+        "backlog: process start -> last binding",
+        "s",
+        of(go, &last),
+        of(rust, &last),
+        true,
+    );
     for (what, pick) in [
         (
             "Replication",
@@ -425,13 +462,15 @@ fn report(limits: Limits, n: usize, go: &[Run], rust: &[Run]) {
             false,
         );
     }
-    let cpu = format!("scheduler CPU for {} bindings", 2 * n + 1);
+    let cpu = format!("scheduler CPU for {} bindings", 3 * n);
     rows(
         l,
         go,
         rust,
         &[
-            ("scheduler RSS after warm-up", "MiB", |r| r.idle_rss_mib),
+            ("scheduler RSS idle after the backlog", "MiB", |r| {
+                r.idle_rss_mib
+            }),
             ("scheduler peak RSS (VmHWM)", "MiB", |r| {
                 r.usage.peak_rss_mib
             }),
@@ -568,12 +607,14 @@ async fn main() {
     // BENCH_PEER_ONLY=scheduling or =registration runs one workload
     let only = std::env::var("BENCH_PEER_ONLY").unwrap_or_default();
     let mut results = Vec::new();
-    let limit_settings = if only == "registration" {
-        &[][..]
-    } else {
-        &[Limits::Default, Limits::Lifted][..]
-    };
-    for &limits in limit_settings {
+    // BENCH_PEER_LIMITS=default or =lifted runs one limit setting
+    let limits_only = std::env::var("BENCH_PEER_LIMITS").unwrap_or_default();
+    let limit_settings: Vec<Limits> = [Limits::Default, Limits::Lifted]
+        .into_iter()
+        .filter(|_| only != "registration")
+        .filter(|l| limits_only.is_empty() || limits_key(*l) == limits_only)
+        .collect();
+    for limits in limit_settings {
         let label = limits.name();
         let (go, rust) = alternate(rounds, label, |system| bench.run(system, limits)).await;
         results.push((limits, go, rust));

@@ -139,6 +139,83 @@ pub async fn inventories(finvs: &Api<FeedInventory>, n: usize, replicas: i32) {
         .await;
 }
 
+/// Creates `n` Subscriptions selecting the clusters labelled `id`, 32 requests at once, and
+/// waits for nothing: a backlog for a scheduler that is not running yet.
+pub async fn create_all(subs: &Api<Subscription>, id: &str, n: usize, strategy: Strategy) {
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let subs = subs.clone();
+            let sub = subscription(&format!("s{i:05}"), id, strategy);
+            async move {
+                subs.create(&PostParams::default(), &sub)
+                    .await
+                    .expect("creating a Subscription");
+            }
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<_>>()
+        .await;
+}
+
+/// How a scheduler drained a backlog of `n` Subscriptions: bound within `limit`, bindings per
+/// second from the first binding to the last (the start-up before the first is not counted), and
+/// the time from the scheduler's start to the last binding.
+pub struct Drain {
+    pub bound: usize,
+    pub per_second: f64,
+    pub to_last: Duration,
+    pub to_first: Duration,
+}
+
+/// Watches the backlog in `subs` (all bound to `clusters` clusters counts), runs `start` (which
+/// starts the scheduler and hands back its handle), and times the drain.
+pub async fn drain<T>(
+    subs: &Api<Subscription>,
+    n: usize,
+    clusters: usize,
+    limit: Duration,
+    start: impl FnOnce() -> T,
+) -> (Drain, T) {
+    let (seen_tx, mut seen_rx) = tokio::sync::mpsc::unbounded_channel::<(String, Instant)>();
+    let watched = subs.clone();
+    let watch = tokio::spawn(async move {
+        let mut stream = watcher(watched, watcher::Config::default())
+            .touched_objects()
+            .boxed();
+        while let Some(Ok(s)) = stream.next().await {
+            if s.status.map(|st| st.binding_clusters.len()).unwrap_or(0) == clusters {
+                let _ = seen_tx.send((s.metadata.name.unwrap_or_default(), Instant::now()));
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let started = Instant::now();
+    let handle = start();
+    let mut bound: BTreeMap<String, Instant> = BTreeMap::new();
+    let deadline = tokio::time::Instant::now() + limit;
+    while bound.len() < n {
+        let Ok(Some((name, at))) = tokio::time::timeout_at(deadline, seen_rx.recv()).await else {
+            break;
+        };
+        bound.entry(name).or_insert(at);
+    }
+    watch.abort();
+    let first = bound.values().min().copied().unwrap_or(started);
+    let last = bound.values().max().copied().unwrap_or(started);
+    let span = last.saturating_duration_since(first).as_secs_f64();
+    let drained = Drain {
+        bound: bound.len(),
+        per_second: if span > 0.0 {
+            (bound.len().saturating_sub(1)) as f64 / span
+        } else {
+            0.0
+        },
+        to_last: last.saturating_duration_since(started),
+        to_first: first.saturating_duration_since(started),
+    };
+    (drained, handle)
+}
+
 /// Creates `n` Subscriptions selecting the clusters labelled `id` (all at once by 32 concurrent
 /// requests, or one every `pace`) and times each from its acknowledged creation to the watch
 /// event that shows it bound to all `clusters`. Gives up on the stragglers after `limit`.

@@ -75,7 +75,10 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     let (touched, heard) = tokio::sync::mpsc::unbounded_channel();
     let children = ChildCache::new(Some(touched), rt.config.retain_managers.clone());
     let ctx = Arc::new(Ctx {
-        events: Events::new(rt.client.clone(), known::CLUSTERNET_CONTROLLER_MANAGER_NAME),
+        events: Events::new(
+            rt.events_client.clone(),
+            known::CLUSTERNET_CONTROLLER_MANAGER_NAME,
+        ),
         rt,
         clusters: clusters.store.clone(),
         descriptions: descs.store.clone(),
@@ -328,7 +331,10 @@ pub async fn run_helm(rt: Runtime, stop: CancellationToken) {
         deployer: HelmDeployer::new(
             Helm::in_temp_dir(rt.config.helm_binary.clone()),
             rt.client.clone(),
-            Events::new(rt.client.clone(), known::CLUSTERNET_CONTROLLER_MANAGER_NAME),
+            Events::new(
+                rt.events_client.clone(),
+                known::CLUSTERNET_CONTROLLER_MANAGER_NAME,
+            ),
             FIELD_MANAGER,
         ),
         rt,

@@ -141,7 +141,10 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         futures::stream::select(from_locs, from_globs),
     );
     let ctx = Arc::new(Ctx {
-        events: Events::new(rt.client.clone(), known::CLUSTERNET_CONTROLLER_MANAGER_NAME),
+        events: Events::new(
+            rt.events_client.clone(),
+            known::CLUSTERNET_CONTROLLER_MANAGER_NAME,
+        ),
         rt,
         manifests: manifests.store.clone(),
         charts: charts.store.clone(),

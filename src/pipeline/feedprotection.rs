@@ -59,7 +59,10 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         )
     });
     let ctx = Arc::new(Ctx {
-        events: Events::new(rt.client.clone(), known::CLUSTERNET_CONTROLLER_MANAGER_NAME),
+        events: Events::new(
+            rt.events_client.clone(),
+            known::CLUSTERNET_CONTROLLER_MANAGER_NAME,
+        ),
         rt,
         subscriptions: subs.store.clone(),
     });

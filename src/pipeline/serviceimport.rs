@@ -491,7 +491,10 @@ struct Ctx {
 
 pub async fn run(rt: Runtime, stop: CancellationToken) {
     let imports = rt.cache.watch::<ServiceImport>();
-    let events = Events::new(rt.client.clone(), known::CLUSTERNET_CONTROLLER_MANAGER_NAME);
+    let events = Events::new(
+        rt.events_client.clone(),
+        known::CLUSTERNET_CONTROLLER_MANAGER_NAME,
+    );
     if !rt.config.gate(known::MULTI_CLUSTER_SERVICE) {
         // say so on every ServiceImport rather than ignore them in silence
         crate::runtime::controller::run(

@@ -98,7 +98,10 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         futures::stream::select(from_manifests, from_charts),
     );
     let ctx = Arc::new(Ctx {
-        events: Events::new(rt.client.clone(), known::CLUSTERNET_CONTROLLER_MANAGER_NAME),
+        events: Events::new(
+            rt.events_client.clone(),
+            known::CLUSTERNET_CONTROLLER_MANAGER_NAME,
+        ),
         rt,
         told: Default::default(),
         descriptions: descs.store.clone(),

@@ -93,7 +93,10 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         Some(kube::runtime::reflector::ObjectRef::new(name).within(ns))
     });
     let ctx = Arc::new(Ctx {
-        events: Events::new(rt.client.clone(), known::CLUSTERNET_CONTROLLER_MANAGER_NAME),
+        events: Events::new(
+            rt.events_client.clone(),
+            known::CLUSTERNET_CONTROLLER_MANAGER_NAME,
+        ),
         rt,
         bases: bases.clone(),
         localizations: locs.store.clone(),

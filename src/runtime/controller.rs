@@ -4,6 +4,11 @@
 //! errors (as client-go's default item rate limiter: a broken object is retried soon at first, then
 //! less and less often, and its neighbours are not held up), and, as client-go's overall bucket
 //! limiter, at most 10 retries per second over all objects beyond a burst of 100.
+//!
+//! Two lanes: what changes while the controller runs goes before the start-up backlog (every
+//! object it holds when it starts or wins leadership). The backlog is let in a few objects at a
+//! time, so a user's new Subscription is reconciled at once even while 10,000 existing ones are
+//! looked at again after a restart, instead of waiting behind all of them.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -241,8 +246,7 @@ pub async fn run_with<K, R, Fut, E, S>(
     let active = metrics::gauge!("controller_runtime_active_workers", "controller" => name);
     metrics::gauge!("controller_runtime_max_concurrent_reconciles", "controller" => name)
         .set(f64::from(concurrency));
-    let (tick_tx, tick_rx) = futures::channel::mpsc::unbounded::<()>();
-    let _ = tick_tx.unbounded_send(());
+    let lane = Backlog::new(name, concurrency);
     let on_error = backoff.clone();
     // client-go's workqueue series: every change or related change is an add; the time from the
     // first add of an object to its reconcile is its queue duration (kube's scheduler folds
@@ -265,11 +269,12 @@ pub async fn run_with<K, R, Fut, E, S>(
             ))
         }
     });
+    let backlog = lane.stream(shared.store.state());
     let on_error_queue = queue.clone();
+    let (done, found) = (lane.clone(), lane.clone());
     Controller::for_shared_stream(changes, shared.store.clone())
         .with_config(controller::Config::default().concurrency(concurrency))
-        .reconcile_all_on(tick_rx)
-        .reconcile_on(also)
+        .reconcile_on(futures::stream::select(also, backlog))
         .graceful_shutdown_on(async move { stop.cancelled().await })
         .run(
             move |obj, _ctx: Arc<()>| {
@@ -277,6 +282,7 @@ pub async fn run_with<K, R, Fut, E, S>(
                 let (seconds, time, active) = (seconds.clone(), time.clone(), active.clone());
                 let backoff = backoff.clone();
                 let queue = queue.clone();
+                let done = done.clone();
                 async move {
                     let start = std::time::Instant::now();
                     let key = object_key(obj.as_ref());
@@ -284,6 +290,8 @@ pub async fn run_with<K, R, Fut, E, S>(
                     active.increment(1.0);
                     let r = reconcile(obj).await;
                     active.decrement(1.0);
+                    // its backlog turn (if it had one) is over: the next may come in
+                    done.release(&key);
                     let elapsed = start.elapsed().as_secs_f64();
                     seconds.record(elapsed);
                     time.record(elapsed);
@@ -315,13 +323,76 @@ pub async fn run_with<K, R, Fut, E, S>(
             },
             Arc::new(()),
         )
-        .for_each(|r| async move {
-            if let Err(e) = r {
-                debug!(controller = name, error = %e, "controller event");
+        .for_each(move |r| {
+            // an object deleted before its backlog turn came is never reconciled: free its turn
+            if let Err(controller::Error::ObjectNotFound(gone)) = &r {
+                let ns = gone.namespace.as_deref().unwrap_or_default();
+                found.release(&format!("{ns}/{}", gone.name));
+            }
+            async move {
+                if let Err(e) = r {
+                    debug!(controller = name, error = %e, "controller event");
+                }
             }
         })
         .await;
-    drop(tick_tx);
+}
+
+/// The start-up backlog's lane: at most `slots` of its objects in the controller at once, each
+/// let in once the one before it was reconciled, so a change that arrives meanwhile finds a
+/// free worker (one is always kept for changes) instead of queueing behind every object.
+#[derive(Clone)]
+struct Backlog {
+    slots: Arc<tokio::sync::Semaphore>,
+    /// Objects of the backlog in the controller now, with their turn.
+    admitted: Arc<Mutex<HashMap<String, tokio::sync::OwnedSemaphorePermit>>>,
+    size: metrics::Gauge,
+}
+
+impl Backlog {
+    fn new(controller: &'static str, concurrency: u16) -> Backlog {
+        Backlog {
+            slots: Arc::new(tokio::sync::Semaphore::new(backlog_slots(concurrency))),
+            admitted: Arc::default(),
+            size: metrics::gauge!("clusternet_controller_backlog_objects", "controller" => controller),
+        }
+    }
+
+    /// The objects of `all`, each as soon as it has a turn.
+    fn stream<K>(
+        &self,
+        all: Vec<Arc<K>>,
+    ) -> impl futures::Stream<Item = ObjectRef<K>> + Send + 'static
+    where
+        K: Resource + Send + Sync + 'static,
+        K::DynamicType: Eq + Hash + Clone + Default,
+    {
+        let this = self.clone();
+        this.size.increment(all.len() as f64);
+        futures::stream::iter(all).then(move |obj| {
+            let this = this.clone();
+            async move {
+                let turn = this.slots.clone().acquire_owned().await;
+                this.size.decrement(1.0);
+                if let Ok(turn) = turn {
+                    let mut admitted = this.admitted.lock().unwrap_or_else(|p| p.into_inner());
+                    admitted.insert(object_key(obj.as_ref()), turn);
+                }
+                ObjectRef::from_obj(obj.as_ref())
+            }
+        })
+    }
+
+    fn release(&self, key: &str) {
+        let mut admitted = self.admitted.lock().unwrap_or_else(|p| p.into_inner());
+        admitted.remove(key);
+    }
+}
+
+/// Workers the backlog may take: all but one, so a change never waits for a backlog reconcile
+/// to end (at least one, or a controller of one worker would never see its backlog).
+fn backlog_slots(concurrency: u16) -> usize {
+    usize::from(concurrency.saturating_sub(1).max(1))
 }
 
 #[cfg(test)]
@@ -386,6 +457,42 @@ mod tests {
             c.failed_at("ns/stuck", now);
         }
         assert_eq!(c.failed_at("ns/stuck", now).0, delay(16));
+    }
+
+    #[tokio::test]
+    async fn the_backlog_comes_in_a_few_objects_at_a_time_and_one_worker_stays_free() {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        assert_eq!(backlog_slots(1), 1);
+        assert_eq!(backlog_slots(8), 7);
+        let lane = Backlog::new("test", 3);
+        let all: Vec<Arc<ConfigMap>> = (0..5)
+            .map(|i| {
+                let mut cm = ConfigMap::default();
+                cm.metadata.name = Some(format!("cm{i}"));
+                cm.metadata.namespace = Some("ns".into());
+                Arc::new(cm)
+            })
+            .collect();
+        let mut stream = Box::pin(lane.stream(all));
+        let next = |s: &mut std::pin::Pin<Box<_>>| {
+            futures::FutureExt::now_or_never(futures::StreamExt::next(s)).flatten()
+        };
+        let first: Option<ObjectRef<ConfigMap>> = next(&mut stream);
+        assert_eq!(first.map(|r| r.name), Some("cm0".to_string()));
+        assert_eq!(next(&mut stream).map(|r| r.name), Some("cm1".to_string()));
+        assert!(
+            next(&mut stream).is_none(),
+            "two turns taken: the third waits"
+        );
+        lane.release("ns/cm0");
+        assert_eq!(next(&mut stream).map(|r| r.name), Some("cm2".to_string()));
+        // an object reconciled without a turn (a change) releases nothing
+        lane.release("ns/other");
+        assert!(next(&mut stream).is_none());
+        lane.release("ns/cm1");
+        lane.release("ns/cm2");
+        assert_eq!(next(&mut stream).map(|r| r.name), Some("cm3".to_string()));
+        assert_eq!(next(&mut stream).map(|r| r.name), Some("cm4".to_string()));
     }
 
     #[test]

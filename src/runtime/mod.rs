@@ -25,6 +25,10 @@ use crate::config::Config;
 pub struct Runtime {
     pub config: std::sync::Arc<Config>,
     pub client: kube::Client,
+    /// A client of its own for Events, with its own token bucket of `--kube-api-qps`/`-burst`
+    /// (upstream's components record events through a clientset of their own): a burst of events
+    /// never takes the tokens of the writes that do the work.
+    pub events_client: kube::Client,
     /// The API server URL `client` talks to (reported as a child's `apiserverURL`).
     pub cluster_url: String,
     pub cache: cache::SharedCache,

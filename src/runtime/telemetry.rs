@@ -60,6 +60,15 @@ pub fn metrics_handle() -> Result<PrometheusHandle, String> {
         return Ok(h.clone());
     }
     let handle = PrometheusBuilder::new()
+        // a scheduling decision takes micro- to milliseconds: finer buckets than the rest (upstream's
+        // scheduling_algorithm_duration_seconds starts at 1 ms too), so its p99 can be read
+        .set_buckets_for_metric(
+            Matcher::Full("clusternet_scheduler_e2e_scheduling_duration_seconds".to_string()),
+            &[
+                0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+            ],
+        )
+        .map_err(|e| e.to_string())?
         .set_buckets_for_metric(
             Matcher::Suffix("_seconds".to_string()),
             &[

@@ -268,7 +268,7 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     let mut memory = super::failover::Memory::default();
     let mut reservations = Reservations::default();
     let triggers = spawn_triggers(&caches, queue.clone(), fail_over, stop.clone());
-    let events = Events::new(rt.client.clone(), "clusternet-scheduler");
+    let events = Events::new(rt.events_client.clone(), "clusternet-scheduler");
     let binder = AsyncBinder {
         rt: rt.clone(),
         subs: caches.subs.clone(),
@@ -457,16 +457,46 @@ struct Decision<'a> {
     offset_before: FilterOffset,
 }
 
-impl Decision<'_> {
-    /// Sets `status.lastDecision` for a decision that changes the status: a cycle other than
-    /// Dynamic dividing is explained again, on the same inputs (see [`decide`]).
-    async fn explain(&mut self, status: &mut SubscriptionStatus) {
-        let (sub, inventory) = (&self.input.sub, self.input.inventory.as_ref());
+/// What `status.lastDecision` is made of: the inputs of a decision that changes the status, so
+/// the binder explains it beside the loop (the next decision does not wait for the record).
+struct Record {
+    /// The candidates the decision saw (failover applied).
+    all: Vec<Arc<ManagedCluster>>,
+    inventory: Option<FeedInventory>,
+    offset_before: FilterOffset,
+    /// Recorded on the decision's own run (Dynamic dividing), empty otherwise.
+    explanation: Explanation,
+    lost: Vec<String>,
+    damped: Vec<String>,
+}
+
+impl Record {
+    fn of(d: Decision<'_>) -> (Record, CycleState, TargetClusters, &'static str) {
+        let failover = d.input.failover;
+        let record = Record {
+            all: d.all,
+            inventory: d.input.inventory,
+            offset_before: d.offset_before,
+            explanation: d.explanation,
+            lost: failover.lost,
+            damped: failover.damped,
+        };
+        (record, d.state, d.target, d.outcome)
+    }
+
+    /// Sets `status.lastDecision`: a cycle other than Dynamic dividing is explained again, on
+    /// the same inputs (see [`decide`]), with profile `fwk`.
+    async fn explain(
+        mut self,
+        fwk: &Framework,
+        sub: &Subscription,
+        status: &mut SubscriptionStatus,
+    ) {
+        let inventory = self.inventory.as_ref();
         if !is_dynamic(sub) {
             let mut offset = self.offset_before;
             let again = CycleState::new();
             let explanation = Some(&mut self.explanation);
-            let fwk = self.input.fwk;
             let _same = schedule_explained(
                 fwk,
                 &again,
@@ -482,7 +512,7 @@ impl Decision<'_> {
             &self.explanation,
             status,
             inventory,
-            &left_out(&self.input.failover),
+            &left_out(&self.lost, &self.damped),
             Time(Timestamp::now()),
         )));
     }
@@ -564,12 +594,12 @@ async fn schedule_one_inner(
 ) -> Result<Decided, CycleError> {
     let reborrowed = failover_state.as_mut().map(|(s, m)| (*s, &mut **m));
     let decision = decide(reads, offset, key, reborrowed, reservations, recheck).await?;
-    let mut d = match decision {
+    let d = match decision {
         Ok(decision) => decision,
         Err(outcome) => return Ok(Decided::Done(outcome)),
     };
     let (fwk, sub) = (d.input.fwk, d.input.sub.clone());
-    let Some(mut status) = framework_bind(fwk, &d.state, &sub, &d.target).await? else {
+    let Some(status) = framework_bind(fwk, &d.state, &sub, &d.target).await? else {
         return Ok(Decided::Done(d.outcome));
     };
     if is_dynamic(&sub)
@@ -580,19 +610,20 @@ async fn schedule_one_inner(
     if sub.status.as_ref() == Some(&status) {
         return Ok(Decided::Done(d.outcome));
     }
-    d.explain(&mut status).await;
-    let failover = &d.input.failover;
     if let Some((settings, memory)) = failover_state.as_mut() {
+        let failover = &d.input.failover;
         record_failover_moves(&sub, key, &status, failover, settings, memory, reads.events);
     }
-    // the write, its event and PostBind run beside the loop (AsyncBinder): the next decision
-    // does not wait for them
+    // the record, the write, its event and PostBind run beside the loop (AsyncBinder): the next
+    // decision does not wait for them
+    let (record, state, target, outcome) = Record::of(d);
     Ok(Decided::Bind(Box::new(Binding {
         sub,
         status,
-        state: d.state,
-        target: d.target,
-        outcome: d.outcome,
+        state,
+        target,
+        outcome,
+        record: Some(record),
     })))
 }
 
@@ -702,16 +733,17 @@ fn candidates(
         .collect()
 }
 
-/// The clusters a decision left out for failover, with why, for `status.lastDecision`.
-fn left_out(failover: &super::failover::Plan) -> [(&'static str, &[String]); 2] {
+/// The clusters a decision left out for failover (lost, damped), with why, for
+/// `status.lastDecision`.
+fn left_out<'a>(lost: &'a [String], damped: &'a [String]) -> [(&'static str, &'a [String]); 2] {
     [
         (
             "failed over: not ready for longer than its failover grace",
-            &failover.lost,
+            lost,
         ),
         (
             "failed over, not given back yet: a fail-back waits until it has been Ready for the stable period",
-            &failover.damped,
+            damped,
         ),
     ]
 }
@@ -976,6 +1008,8 @@ struct Binding {
     state: CycleState,
     target: TargetClusters,
     outcome: &'static str,
+    /// What `status.lastDecision` is made from (taken when the binder explains it).
+    record: Option<Record>,
 }
 
 /// Writes bindings concurrently (at most [`BIND_PARALLELISM`] at once) while the loop goes on
@@ -994,7 +1028,10 @@ struct AsyncBinder {
     in_flight: Arc<std::sync::Mutex<HashMap<String, bool>>>,
 }
 
-const BIND_PARALLELISM: usize = 16;
+/// Upstream binds in a goroutine per Subscription, unbounded; 64 writes in flight keeps the API
+/// server as busy as that (measured: 16 left a backlog draining at 0.6-0.7x Go's rate with lifted
+/// client limits) while a flood of thousands still cannot open thousands of connections.
+const BIND_PARALLELISM: usize = 64;
 
 impl AsyncBinder {
     fn in_flight(&self) -> std::sync::MutexGuard<'_, HashMap<String, bool>> {
@@ -1012,13 +1049,13 @@ impl AsyncBinder {
         }
     }
 
-    fn spawn(&self, key: String, b: Box<Binding>) {
+    fn spawn(&self, key: String, mut b: Box<Binding>) {
         self.in_flight().insert(key.clone(), false);
         let this = self.clone();
         tokio::spawn(async move {
             let started = Instant::now();
             let permit = this.permits.clone().acquire_owned().await;
-            let result = this.bind(&key, &b).await;
+            let result = this.bind(&key, &mut b).await;
             drop(permit);
             metrics::histogram!("clusternet_scheduler_binding_duration_seconds")
                 .record(started.elapsed().as_secs_f64());
@@ -1037,9 +1074,13 @@ impl AsyncBinder {
         });
     }
 
-    async fn bind(&self, key: &str, b: &Binding) -> Result<(), CycleError> {
+    async fn bind(&self, key: &str, b: &mut Binding) -> Result<(), CycleError> {
         let ns = b.sub.namespace().unwrap_or_default();
         let name = b.sub.name_any();
+        let fwk = self.profiles.for_subscription(&b.sub);
+        if let (Some(record), Some(fwk)) = (b.record.take(), fwk) {
+            record.explain(fwk, &b.sub, &mut b.status).await;
+        }
         // upstream's binder: a JSON merge patch of the status the decision started from against
         // the new one, so only what changed travels and fields other writers own are left alone
         let old = serde_json::json!({ "status": b.sub.status });
@@ -1065,7 +1106,7 @@ impl AsyncBinder {
             // the cluster names are in the event; a log line per binding stays short
             info!(subscription = %key, clusters = b.status.binding_clusters.len(), "scheduled");
         }
-        if let Some(fwk) = self.profiles.for_subscription(&b.sub) {
+        if let Some(fwk) = fwk {
             fwk.run_post_bind(&b.state, &b.sub, &b.target).await;
         }
         Ok(())
