@@ -31,9 +31,10 @@ use std::time::{Duration, Instant};
 
 use clusternet::apis::known::CLUSTER_ID_LABEL;
 use clusternet::apis::{ClusterRegistrationRequest, FeedInventory, ManagedCluster, Subscription};
+use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, DeleteParams, ListParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use scheduling::{
     Drain, Figures, Strategy, burst, create_all, delete_all, drain, inventories, ready_clusters,
 };
@@ -140,7 +141,11 @@ fn spawn(system: System, role: &str, limits: Limits, go_bin: &Path, args: &[Stri
     if limits == Limits::Lifted {
         command.args(["--kube-api-qps=10000", "--kube-api-burst=20000"]);
     }
+    // the Go hub writes its self-signed serving certificate under its working directory
+    let cwd = env.dir.join(format!("peer-{system:?}-{}", uid()));
+    std::fs::create_dir_all(&cwd).expect("a working directory");
     let child = command
+        .current_dir(cwd)
         .args(args)
         .stdout(file.try_clone().expect("log file handle"))
         .stderr(file)
@@ -370,6 +375,382 @@ impl Bench {
             agent_rss_mib: median(rss),
         }
     }
+}
+
+/// The parent of one system for the end-to-end workload: Go's scheduler, controller-manager and
+/// hub, or our one process with all three roles; each with the gates its shipped manifest turns on.
+fn parent_processes(system: System, limits: Limits, go_bin: &Path) -> Vec<(&'static str, Proc)> {
+    let kubeconfig = format!(
+        "--kubeconfig={}",
+        TestEnv::get().parent_kubeconfig().display()
+    );
+    let common = vec![kubeconfig.clone(), "--leader-elect=false".to_string()];
+    let with = |extra: &[&str]| {
+        let mut args = common.clone();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    };
+    match system {
+        System::Go => vec![
+            (
+                "scheduler",
+                spawn(
+                    system,
+                    "scheduler",
+                    limits,
+                    go_bin,
+                    &with(&["--feature-gates=FailOver=true,FeasibleClustersToleration=true"]),
+                ),
+            ),
+            (
+                "controller-manager",
+                spawn(
+                    system,
+                    "controller",
+                    limits,
+                    go_bin,
+                    &with(&[
+                        "--controllers=*",
+                        "--feature-gates=SocketConnection=true,Deployer=true,FeedInUseProtection=true,FeedInventory=true",
+                    ]),
+                ),
+            ),
+            (
+                "hub",
+                spawn(
+                    system,
+                    "hub",
+                    limits,
+                    go_bin,
+                    &with(&[
+                        &kubeconfig.replace("--kubeconfig", "--authentication-kubeconfig"),
+                        &kubeconfig.replace("--kubeconfig", "--authorization-kubeconfig"),
+                        "--feature-gates=SocketConnection=true,ShadowAPI=true",
+                    ]),
+                ),
+            ),
+        ],
+        System::Rust => {
+            let port = format!("--secure-port={}", quiet_port());
+            vec![(
+                "hub,scheduler,controller",
+                spawn(
+                    system,
+                    "hub,scheduler,controller",
+                    limits,
+                    go_bin,
+                    &with(&["--bind-address=127.0.0.1", &port]),
+                ),
+            )]
+        }
+    }
+}
+
+/// An agent of the end-to-end workload: registered, Pull, labelled for the round.
+struct E2eAgent {
+    proc: Proc,
+    _ns: TestNamespace,
+    child: kube::Client,
+    cluster_id: Option<String>,
+}
+
+/// What one system did end to end in one round.
+struct EndToEnd {
+    subscriptions: usize,
+    done: Vec<Duration>,
+    drain: Duration,
+    /// Sum over the parent's processes: RSS once every agent was Ready, VmHWM, CPU seconds.
+    parent_idle: f64,
+    parent: ProcUsage,
+    /// Median agent: RSS when Ready, VmHWM, CPU seconds.
+    agent_idle: f64,
+    agent: ProcUsage,
+}
+
+fn sum_usage(usages: impl Iterator<Item = ProcUsage>) -> ProcUsage {
+    usages.fold(ProcUsage::default(), |a, u| ProcUsage {
+        cpu_seconds: a.cpu_seconds + u.cpu_seconds,
+        rss_mib: a.rss_mib + u.rss_mib,
+        peak_rss_mib: a.peak_rss_mib + u.peak_rss_mib,
+    })
+}
+
+/// A Manifest holding Deployment `name` of `ns` (one replica of pause).
+fn deployment_manifest(ns: &str, name: &str) -> clusternet::apis::Manifest {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Manifest",
+        "metadata": {"name": format!("deployments.{ns}.{name}"), "namespace": "clusternet-reserved", "labels": {
+            "apps.clusternet.io/config.group": "apps", "apps.clusternet.io/config.version": "v1",
+            "apps.clusternet.io/config.kind": "Deployment", "apps.clusternet.io/config.name": name,
+            "apps.clusternet.io/config.namespace": ns}},
+        "template": {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": ns},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                "template": {"metadata": {"labels": {"app": name}},
+                    "spec": {"containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}]}}}}
+    }))
+    .expect("a Manifest")
+}
+
+impl Bench {
+    /// Three Pull agents (one per child) and the parent's processes of `system`; a burst of
+    /// `n` Subscriptions, each with a Deployment feed, to all three: creation -> the Deployment
+    /// in every child.
+    async fn end_to_end(&self, system: System, limits: Limits, n: usize) -> EndToEnd {
+        let env = self.env;
+        let parent = env.parent().await;
+        let round = uid();
+        let parents = parent_processes(system, limits, &self.go_bin);
+        let mut agents = Vec::new();
+        for i in 1..=env.children.min(3) {
+            let child = env.child(i).await;
+            let ns = TestNamespace::create(&child, &env.child_kubeconfig(i), "peere2e").await;
+            support::install_app_deployer(&child, &ns.name).await;
+            let mut args = vec![
+                format!("--kubeconfig={}", env.child_kubeconfig(i).display()),
+                format!("--cluster-reg-parent-url={}", env.parent_url()),
+                format!("--cluster-reg-token={}", env.bootstrap_token()),
+                format!("--cluster-reg-name=peer-e2e-{i}-{round}"),
+                format!("--cluster-labels=peer-e2e={round}"),
+                "--cluster-sync-mode=Pull".to_string(),
+                format!("--leader-elect-resource-namespace={}", ns.name),
+                "--cluster-status-collect-frequency=1s".to_string(),
+                // no hub is registered with the parent here: no tunnel, for both alike
+                "--feature-gates=SocketConnection=false,AppPusher=true,Recovery=true,Predictor=false"
+                    .to_string(),
+            ];
+            if system == System::Rust {
+                args.push(format!("--system-namespace={}", ns.name));
+            }
+            agents.push(E2eAgent {
+                proc: spawn(system, "agent", limits, &self.go_bin, &args),
+                _ns: ns,
+                child,
+                cluster_id: None,
+            });
+        }
+        let appns = format!("peere2e-{round}");
+        for a in &agents {
+            support::ensure_namespace(&a.child, &appns).await;
+        }
+        // every agent Ready, its cluster ID known
+        let mcs: Api<ManagedCluster> = Api::all(parent.clone());
+        let selector = format!("peer-e2e={round}");
+        let deadline = Instant::now() + Duration::from_secs(180);
+        loop {
+            let ready: Vec<ManagedCluster> = mcs
+                .list(&ListParams::default().labels(&selector))
+                .await
+                .map(|l| l.items)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|mc| {
+                    mc.status
+                        .as_ref()
+                        .is_some_and(|s| s.condition("Ready").is_some_and(|c| c.status == "True"))
+                })
+                .collect();
+            if ready.len() == agents.len() {
+                for (a, mc) in agents.iter_mut().zip(&ready) {
+                    a.cluster_id = Some(mc.spec.cluster_id.clone());
+                }
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{system:?}: {} of {} agents Ready within 180 s; logs in {}",
+                ready.len(),
+                agents.len(),
+                env.dir.join("logs").display()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        // settled: caches warm, the agents' first status written
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let parent_idle = sum_usage(parents.iter().map(|(_, p)| p.usage())).rss_mib;
+        let agent_idle = median(agents.iter().map(|a| a.proc.usage().rss_mib).collect());
+        let manifests: Api<clusternet::apis::Manifest> =
+            Api::namespaced(parent.clone(), "clusternet-reserved");
+        support::ensure_namespace(&parent, "clusternet-reserved").await;
+        for i in 0..n {
+            let _ = manifests
+                .create(
+                    &PostParams::default(),
+                    &deployment_manifest(&appns, &format!("d{i}")),
+                )
+                .await;
+        }
+        let subs_ns = TestNamespace::create(&parent, &env.parent_kubeconfig(), "peere2e").await;
+        let subs: Api<Subscription> = Api::namespaced(parent.clone(), &subs_ns.name);
+        let start = Instant::now();
+        let created: std::collections::BTreeMap<String, Instant> = futures::stream::iter(0..n)
+            .map(|i| {
+                let subs = subs.clone();
+                let sub: Subscription = serde_json::from_value(serde_json::json!({
+                    "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Subscription",
+                    "metadata": {"name": format!("d{i}")},
+                    "spec": {"subscribers": [{"clusterAffinity": {"matchLabels": {"peer-e2e": round}}}],
+                        "feeds": [{"apiVersion": "apps/v1", "kind": "Deployment", "namespace": appns, "name": format!("d{i}")}]}}))
+                .expect("a Subscription");
+                async move {
+                    subs.create(&PostParams::default(), &sub)
+                        .await
+                        .expect("creating a Subscription");
+                    (format!("d{i}"), Instant::now())
+                }
+            })
+            .buffer_unordered(32)
+            .collect()
+            .await;
+        let mut pending = created.clone();
+        let mut done = Vec::new();
+        let mut last = start;
+        let deadline = Instant::now() + Duration::from_secs(600);
+        while !pending.is_empty() && Instant::now() < deadline {
+            let mut present: std::collections::BTreeMap<String, usize> = Default::default();
+            for a in &agents {
+                let listed = Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(
+                    a.child.clone(),
+                    &appns,
+                )
+                .list(&ListParams::default())
+                .await;
+                for d in listed.map(|l| l.items).unwrap_or_default() {
+                    *present
+                        .entry(d.metadata.name.unwrap_or_default())
+                        .or_default() += 1;
+                }
+            }
+            let now = Instant::now();
+            pending.retain(|name, at| {
+                if present.get(name) == Some(&agents.len()) {
+                    done.push(now.saturating_duration_since(*at));
+                    last = now;
+                    false
+                } else {
+                    true
+                }
+            });
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        done.sort();
+        let parent_usage = sum_usage(parents.iter().map(|(_, p)| p.usage()));
+        let agent_usages: Vec<ProcUsage> = agents.iter().map(|a| a.proc.usage()).collect();
+        let agent = ProcUsage {
+            cpu_seconds: median(agent_usages.iter().map(|u| u.cpu_seconds).collect()),
+            rss_mib: median(agent_usages.iter().map(|u| u.rss_mib).collect()),
+            peak_rss_mib: median(agent_usages.iter().map(|u| u.peak_rss_mib).collect()),
+        };
+        // clean up while the system runs (its finalizers), then forget its clusters
+        let _ = subs
+            .delete_collection(&DeleteParams::default(), &ListParams::default())
+            .await;
+        for _ in 0..600 {
+            if subs
+                .list(&ListParams::default().limit(1))
+                .await
+                .is_ok_and(|l| l.items.is_empty())
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        for i in 0..n {
+            let _ = manifests
+                .delete(
+                    &format!("deployments.{appns}.d{i}"),
+                    &DeleteParams::default(),
+                )
+                .await;
+        }
+        drop(parents);
+        for a in agents {
+            let E2eAgent {
+                proc,
+                child,
+                cluster_id,
+                ..
+            } = a;
+            drop(proc);
+            let _ = Api::<Namespace>::all(child)
+                .delete(&appns, &DeleteParams::background())
+                .await;
+            if let Some(id) = cluster_id {
+                forget(&parent, &id).await;
+            }
+        }
+        EndToEnd {
+            subscriptions: n,
+            drain: last.saturating_duration_since(start),
+            done,
+            parent_idle,
+            parent: parent_usage,
+            agent_idle,
+            agent,
+        }
+    }
+}
+
+/// The end-to-end rows.
+fn report_end_to_end(label: &str, go: &[EndToEnd], rust: &[EndToEnd]) {
+    let of = |runs: &[EndToEnd], f: &dyn Fn(&EndToEnd) -> f64| median(runs.iter().map(f).collect());
+    let done = |runs: &[EndToEnd]| {
+        let fewest = runs.iter().map(|r| r.done.len()).min().unwrap_or(0);
+        format!(
+            "{fewest}/{}",
+            runs.first().map(|r| r.subscriptions).unwrap_or(0)
+        )
+    };
+    println!(
+        "| {label} | end to end: Subscriptions in every child (fewest of the rounds) | {} | {} | |",
+        done(go),
+        done(rust)
+    );
+    for (q, name) in [(0.5, "p50"), (0.99, "p99")] {
+        let t = |r: &EndToEnd| percentile(&r.done, q).as_secs_f64();
+        let figure = format!("end to end: create -> Deployment in all 3 children {name}");
+        row(label, &figure, "s", of(go, &t), of(rust, &t), true);
+    }
+    let drain = |r: &EndToEnd| r.drain.as_secs_f64();
+    row(
+        label,
+        "end to end: drain (first create -> last Deployment)",
+        "s",
+        of(go, &drain),
+        of(rust, &drain),
+        true,
+    );
+    rows(
+        label,
+        go,
+        rust,
+        &[
+            (
+                "parent, all processes: RSS idle (agents Ready)",
+                "MiB",
+                |r| r.parent_idle,
+            ),
+            ("parent, all processes: RSS after the burst", "MiB", |r| {
+                r.parent.rss_mib
+            }),
+            (
+                "parent, all processes: peak RSS (sum of VmHWM)",
+                "MiB",
+                |r| r.parent.peak_rss_mib,
+            ),
+            ("parent, all processes: CPU over the run", "s", |r| {
+                r.parent.cpu_seconds
+            }),
+            ("agent (median of 3): RSS idle (Ready)", "MiB", |r| {
+                r.agent_idle
+            }),
+            ("agent (median of 3): peak RSS (VmHWM)", "MiB", |r| {
+                r.agent.peak_rss_mib
+            }),
+            ("agent (median of 3): CPU over the run", "s", |r| {
+                r.agent.cpu_seconds
+            }),
+        ],
+    );
 }
 
 /// The median of the rounds' values (the mean of the middle two for an even count).
@@ -611,7 +992,7 @@ async fn main() {
     let limits_only = std::env::var("BENCH_PEER_LIMITS").unwrap_or_default();
     let limit_settings: Vec<Limits> = [Limits::Default, Limits::Lifted]
         .into_iter()
-        .filter(|_| only != "registration")
+        .filter(|_| only.is_empty() || only == "scheduling")
         .filter(|l| limits_only.is_empty() || limits_key(*l) == limits_only)
         .collect();
     for limits in limit_settings {
@@ -634,7 +1015,22 @@ async fn main() {
             report(*limits, n, go, rust);
         }
     }
-    if only == "scheduling" {
+    if only.is_empty() || only == "end-to-end" {
+        let subs = support::env_or("BENCH_PEER_E2E_SUBSCRIPTIONS", 100);
+        let (go_e2e, rust_e2e) = alternate(rounds, "end to end", |system| {
+            bench.end_to_end(system, Limits::Default, subs)
+        })
+        .await;
+        println!(
+            "end to end: {subs} Subscriptions (each one Deployment feed, 32 concurrent creations) to 3 real \
+             children with Pull agents, each system's own parent processes and agents, {rounds} rounds \
+             alternating who goes first, medians"
+        );
+        println!("| limits | figure | Go | clusternet-rs | ratio |");
+        println!("|---|---|---|---|---|");
+        report_end_to_end("default", &go_e2e, &rust_e2e);
+    }
+    if only == "scheduling" || only == "end-to-end" {
         return;
     }
     let agents = support::env_or("BENCH_PEER_AGENTS", 10);

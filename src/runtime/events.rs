@@ -3,7 +3,10 @@
 //! Recording never blocks the caller and never holds up the recorder's other events (as
 //! client-go's broadcaster and correlator): an event goes into a table of pending events; while it
 //! waits there, repeats of it (same object, type, reason and note) only raise its count, so a
-//! burst of identical events is written once. [`WRITERS`] tasks write the pending events side by
+//! burst of identical events is written once. Like client-go's aggregator, more than
+//! [`MAX_SIMILAR`] different notes of one reason about one object within [`SIMILAR_WINDOW`] (a
+//! Subscription's `BaseCreated` for each of 1,000 clusters) fold into one event "(combined from
+//! similar events): ..." that counts them. [`WRITERS`] tasks write the pending events side by
 //! side, in the order they first came; an event already written (within [`SERIES_TTL`]) is
 //! counted up with a patch of its `series` instead of being created again, as kube's recorder
 //! and client-go do. More than [`PENDING`] distinct events waiting drops the newest (counted in
@@ -32,6 +35,12 @@ const PENDING: usize = 1024;
 const WRITERS: usize = 4;
 /// How long a written event is counted up instead of created again (kube's recorder: 6 minutes).
 const SERIES_TTL: Duration = Duration::from_secs(6 * 60);
+/// Different notes of one reason about one object written one by one (client-go's maxEvents).
+const MAX_SIMILAR: usize = 10;
+/// How long notes count as similar ones (client-go's maxIntervalInSeconds).
+const SIMILAR_WINDOW: Duration = Duration::from_secs(600);
+/// The note of the event similar ones fold into (client-go's words).
+const COMBINED: &str = "(combined from similar events)";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Kind {
@@ -69,6 +78,14 @@ impl Key {
 struct Waiting {
     reference: ObjectReference,
     count: i32,
+    /// The note to write: the key's, or for similar events folded together the first of them.
+    note: String,
+}
+
+/// Notes seen of one reason about one object lately.
+struct Similar {
+    notes: std::collections::HashSet<String>,
+    last: Instant,
 }
 
 /// An event as written: its name and namespace, how often it was seen, when last.
@@ -90,12 +107,15 @@ struct Table {
     written: HashMap<Key, Written>,
     /// Being written now: a repeat waits until that write is done, so it continues its series.
     in_flight: std::collections::HashSet<Key>,
+    /// (object, type, reason) -> its notes seen within [`SIMILAR_WINDOW`].
+    similar: HashMap<Key, Similar>,
     last_gc: Option<Instant>,
 }
 
 impl Table {
     /// Adds one occurrence; false when it had to be dropped.
     fn add(&mut self, key: Key, reference: ObjectReference) -> bool {
+        let (key, note) = self.fold_similar(key, Instant::now());
         if let Some(w) = self.waiting.get_mut(&key) {
             w.count = w.count.saturating_add(1);
             metrics::counter!("clusternet_events_aggregated_total").increment(1);
@@ -110,9 +130,40 @@ impl Table {
             Waiting {
                 reference,
                 count: 1,
+                note,
             },
         );
         true
+    }
+
+    /// The key an occurrence counts under, and the note to write for it: its own, or once its
+    /// object had [`MAX_SIMILAR`] other notes of the same reason lately, the combined event's.
+    fn fold_similar(&mut self, key: Key, now: Instant) -> (Key, String) {
+        let group = Key {
+            note: String::new(),
+            ..key.clone()
+        };
+        let similar = self.similar.entry(group.clone()).or_insert(Similar {
+            notes: Default::default(),
+            last: now,
+        });
+        if now.duration_since(similar.last) > SIMILAR_WINDOW {
+            similar.notes.clear();
+        }
+        similar.last = now;
+        if similar.notes.contains(&key.note) || similar.notes.len() < MAX_SIMILAR {
+            similar.notes.insert(key.note.clone());
+            let note = key.note.clone();
+            return (key, note);
+        }
+        let note = clip(&format!("{COMBINED}: {}", key.note));
+        (
+            Key {
+                note: COMBINED.to_string(),
+                ..group
+            },
+            note,
+        )
     }
 
     /// The next pending event, with the earlier write it continues (if any).
@@ -123,6 +174,8 @@ impl Table {
         {
             self.written
                 .retain(|_, w| now.duration_since(w.at) < SERIES_TTL);
+            self.similar
+                .retain(|_, s| now.duration_since(s.last) < SIMILAR_WINDOW);
             self.last_gc = Some(now);
         }
         let at = self
@@ -181,8 +234,14 @@ struct Reporter {
     instance: String,
 }
 
-/// The event to create for `key`, seen `count` times.
-fn new_event(key: &Key, reporter: &Reporter, reference: &ObjectReference, count: i32) -> K8sEvent {
+/// The event to create for `key` with `note`, seen `count` times.
+fn new_event(
+    key: &Key,
+    note: &str,
+    reporter: &Reporter,
+    reference: &ObjectReference,
+    count: i32,
+) -> K8sEvent {
     let now = Timestamp::now();
     let name = reference.name.as_deref().unwrap_or(&reporter.controller);
     K8sEvent {
@@ -190,7 +249,7 @@ fn new_event(key: &Key, reporter: &Reporter, reference: &ObjectReference, count:
         reason: Some(key.reason.clone()),
         event_time: Some(MicroTime(now)),
         regarding: Some(reference.clone()),
-        note: Some(key.note.clone()),
+        note: Some(note.to_string()),
         metadata: ObjectMeta {
             namespace: Some(event_namespace(reference)),
             name: Some(format!("{name}.{:x}", now.as_nanosecond())),
@@ -250,7 +309,13 @@ async fn write(
             Err(e) => return Err(e),
         }
     }
-    let event = new_event(key, reporter, &waiting.reference, waiting.count);
+    let event = new_event(
+        key,
+        &waiting.note,
+        reporter,
+        &waiting.reference,
+        waiting.count,
+    );
     let namespace = event_namespace(&waiting.reference);
     let api: Api<K8sEvent> = Api::namespaced(client.clone(), &namespace);
     let created = api.create(&PostParams::default(), &event).await?;
@@ -398,6 +463,49 @@ mod tests {
     }
 
     #[test]
+    fn many_different_notes_of_one_reason_fold_into_a_combined_event() {
+        let mut t = Table::default();
+        let r = reference("web");
+        for c in 0..25 {
+            let note = format!("Base clusternet-{c}/web is created successfully");
+            assert!(t.add(Key::new(&r, Kind::Normal, "BaseCreated", &note), r.clone()));
+        }
+        // another reason and another object are counted on their own
+        assert!(t.add(Key::new(&r, Kind::Normal, "Scheduled", "bound"), r.clone()));
+        let other = reference("api");
+        assert!(t.add(
+            Key::new(&other, Kind::Normal, "BaseCreated", "x"),
+            other.clone()
+        ));
+        let now = Instant::now();
+        let mut taken = Vec::new();
+        while let Some((k, w, _)) = t.take(now) {
+            taken.push((k.object.3, k.reason, w.note, w.count));
+        }
+        assert_eq!(taken.len(), MAX_SIMILAR + 3, "{taken:?}");
+        let combined = taken
+            .iter()
+            .find(|(_, _, note, _)| note.starts_with(COMBINED))
+            .expect("a combined event");
+        assert_eq!(combined.3, 25 - MAX_SIMILAR as i32);
+        assert!(
+            combined
+                .2
+                .ends_with("clusternet-10/web is created successfully")
+        );
+        // a note already written one by one still counts as itself
+        let again = Key::new(
+            &r,
+            Kind::Normal,
+            "BaseCreated",
+            "Base clusternet-3/web is created successfully",
+        );
+        assert!(t.add(again.clone(), r.clone()));
+        t.in_flight.clear();
+        assert_eq!(t.take(now).map(|(k, ..)| k), Some(again));
+    }
+
+    #[test]
     fn a_full_table_drops_new_events_but_still_counts_waiting_ones() {
         let mut t = Table::default();
         for i in 0..PENDING {
@@ -418,7 +526,7 @@ mod tests {
             controller: "clusternet-scheduler".into(),
             instance: "x".into(),
         };
-        let once = new_event(&key, &reporter, &r, 1);
+        let once = new_event(&key, &key.note, &reporter, &r, 1);
         assert!(once.series.is_none());
         assert_eq!(once.type_.as_deref(), Some("Warning"));
         assert_eq!(once.metadata.namespace.as_deref(), Some("default"));
@@ -426,7 +534,7 @@ mod tests {
             once.action
                 .is_some_and(|a| a.starts_with("FailedScheduling-"))
         );
-        let thrice = new_event(&key, &reporter, &r, 3);
+        let thrice = new_event(&key, &key.note, &reporter, &r, 3);
         assert_eq!(thrice.series.map(|s| s.count), Some(3));
         let mut cluster_scoped = r.clone();
         cluster_scoped.namespace = None;
