@@ -2,18 +2,31 @@
 //! workloads against the same real parent API server, back to back, alternating which system goes
 //! first in each round, at both systems' default client limits and at equal lifted limits.
 //!
-//! Workload (scheduling): `BENCH_PEER_CLUSTERS` (100) fake Ready ManagedClusters; a burst of
-//! `BENCH_PEER_SUBSCRIPTIONS` (200) Replication Subscriptions, then one of as many Static-dividing
+//! Workload (scheduling): `BENCH_PEER_CLUSTERS` (100) fake Ready ManagedClusters. A backlog of
+//! `BENCH_PEER_SUBSCRIPTIONS` (200) Replication Subscriptions created before the scheduler starts,
+//! drained (bindings per second from the first binding to the last; process start -> first and
+//! -> last binding); then a burst of as many Replication Subscriptions, then one of Static-dividing
 //! ones (their FeedInventories written first, as the controller would), each created by 32
-//! concurrent requests; creation -> `status.bindingClusters` naming every cluster, seen through a
-//! watch. The scheduler process's CPU seconds and memory (VmRSS idle after warm-up, VmHWM) over
-//! the same work. `BENCH_PEER_ROUNDS` (2) rounds per limit setting; each figure is the median of
-//! the rounds.
+//! concurrent requests while the scheduler runs: creation -> `status.bindingClusters` naming every
+//! cluster, seen through a watch. The scheduler process's CPU seconds and memory (VmRSS idle after
+//! the backlog, VmHWM) over the same work.
+//!
+//! Workload (end to end): one Pull agent in each of the three children (registered afresh each
+//! round, each system its own), each system's whole parent (Go's scheduler, controller-manager and
+//! hub; our one process with the three roles), each with the gates its shipped manifest turns on;
+//! `BENCH_PEER_E2E_SUBSCRIPTIONS` (100) Subscriptions, each with its own Deployment feed, created
+//! at once for all three children: creation -> the Deployment in every child (p50/p99), the drain,
+//! and memory (idle once the agents are Ready, after the burst, VmHWM) and CPU of every process.
 //!
 //! Workload (registration): `BENCH_PEER_AGENTS` (10) agents started together over the three
 //! children, each in a namespace of its own there (its Lease's UID is its cluster ID), the
 //! system's own controller approving: bootstrap token -> Ready ManagedCluster, the agents' and
-//! the controller's memory and CPU. `BENCH_PEER_ONLY=scheduling|registration` runs one of them.
+//! the controller's memory and CPU.
+//!
+//! `BENCH_PEER_ROUNDS` (2) rounds per workload and limit setting, each figure the median of the
+//! rounds. `BENCH_PEER_ONLY=scheduling|end-to-end|registration` runs one workload,
+//! `BENCH_PEER_LIMITS=default|lifted` one limit setting of the scheduling workload, and
+//! `BENCH_PEER_RUST_BIN` another build of ours (an earlier commit, to compare).
 //!
 //! The Go binaries come from `GO_CLUSTERNET_BIN` (a directory holding `clusternet-scheduler`):
 //! the Go module proxy does not serve the `github.com/clusternet/clusternet` module itself, so
