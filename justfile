@@ -74,6 +74,7 @@ bench:
     cargo bench
 
 # clusternet-rs side by side with the Go original (issue #13): GO_CLUSTERNET_BIN=DIR holding Go
-# Clusternet's clusternet-scheduler (README "Performance" says how to build it); prints the ratio table
+# Clusternet's clusternet-{scheduler,controller-manager,agent,hub} (README "Performance" says how
+# to build them); scheduling, backlog, registration and end to end; prints the ratio table
 bench-peer:
     BENCH_PEER=1 cargo bench --bench peer

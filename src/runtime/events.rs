@@ -351,6 +351,7 @@ impl Events {
                         continue;
                     };
                     let written = write(&client, &reporter, &key, &waiting, earlier).await;
+                    metrics::gauge!("clusternet_events_pending").decrement(1.0);
                     let mut t = lock(&table);
                     t.in_flight.remove(&key);
                     match written {
@@ -373,7 +374,15 @@ impl Events {
 
     fn send(&self, reference: ObjectReference, kind: Kind, reason: &str, note: &str) {
         let key = Key::new(&reference, kind, reason, note);
-        if lock(&self.table).add(key, reference) {
+        let mut table = lock(&self.table);
+        let before = table.waiting.len();
+        let added = table.add(key, reference);
+        // an event to write (not a repeat folded into one already waiting): pending until written
+        if table.waiting.len() > before {
+            metrics::gauge!("clusternet_events_pending").increment(1.0);
+        }
+        drop(table);
+        if added {
             self.wake.notify_one();
         } else {
             metrics::counter!("clusternet_events_dropped_total").increment(1);
