@@ -490,18 +490,11 @@ fn sum_usage(usages: impl Iterator<Item = ProcUsage>) -> ProcUsage {
 
 /// A Manifest holding Deployment `name` of `ns` (one replica of pause).
 fn deployment_manifest(ns: &str, name: &str) -> clusternet::apis::Manifest {
-    serde_json::from_value(serde_json::json!({
-        "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Manifest",
-        "metadata": {"name": format!("deployments.{ns}.{name}"), "namespace": "clusternet-reserved", "labels": {
-            "apps.clusternet.io/config.group": "apps", "apps.clusternet.io/config.version": "v1",
-            "apps.clusternet.io/config.kind": "Deployment", "apps.clusternet.io/config.name": name,
-            "apps.clusternet.io/config.namespace": ns}},
-        "template": {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": ns},
-            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
-                "template": {"metadata": {"labels": {"app": name}},
-                    "spec": {"containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}]}}}}
-    }))
-    .expect("a Manifest")
+    support::manifest_of(&serde_json::json!({
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": ns},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}]}}}}))
 }
 
 impl Bench {

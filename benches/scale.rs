@@ -479,6 +479,20 @@ fn latencies(
     v
 }
 
+/// Waits (up to `limit`) for the one Subscription of `created` to reach its Descriptions; how long
+/// that took from its creation, `None` if it did not.
+async fn described_in(
+    progress: &std::sync::Mutex<Progress>,
+    created: &HashMap<String, Instant>,
+    limit: Duration,
+) -> Option<Duration> {
+    wait_described(progress, created, limit).await;
+    let p = progress.lock().unwrap_or_else(|e| e.into_inner());
+    latencies(created, |k| p.described.get(k).copied())
+        .first()
+        .copied()
+}
+
 /// Deletes the Subscriptions of `subs`, plays the agents (takes the finalizer off every deleting
 /// Description of the bench's Subscriptions) and waits until no Base or Description of them is
 /// left.
@@ -789,13 +803,7 @@ async fn cold_start(env: &TestEnv, parent: &kube::Client, clusters: usize, n: us
         |_| "c0000".into(),
     )
     .await;
-    wait_described(&progress, &quiet, Duration::from_secs(60)).await;
-    let quiet_latency = {
-        let p = progress.lock().unwrap_or_else(|e| e.into_inner());
-        latencies(&quiet, |k| p.described.get(k).copied())
-            .first()
-            .copied()
-    };
+    let quiet_latency = described_in(&progress, &quiet, Duration::from_secs(60)).await;
     let rss_before = process.usage().rss_mib;
     process.kill();
     // started again as users run it
@@ -819,13 +827,7 @@ async fn cold_start(env: &TestEnv, parent: &kube::Client, clusters: usize, n: us
         Duration::from_secs(900),
     )
     .await;
-    wait_described(&progress, &user, Duration::from_secs(120)).await;
-    let user_latency = {
-        let p = progress.lock().unwrap_or_else(|e| e.into_inner());
-        latencies(&user, |k| p.described.get(k).copied())
-            .first()
-            .copied()
-    };
+    let user_latency = described_in(&progress, &user, Duration::from_secs(120)).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let rss_after = process.usage().rss_mib;
     clean_up(parent, &subs, &ns.name).await;

@@ -167,16 +167,16 @@ pub struct Drain {
     pub to_first: Duration,
 }
 
-/// Watches the backlog in `subs` (all bound to `clusters` clusters counts), runs `start` (which
-/// starts the scheduler and hands back its handle), and times the drain.
-pub async fn drain<T>(
+/// Watches `subs` and sends the name of each Subscription, with when it was seen, whenever it
+/// shows up bound to all `clusters`; abort the handle to stop.
+fn watch_bound(
     subs: &Api<Subscription>,
-    n: usize,
     clusters: usize,
-    limit: Duration,
-    start: impl FnOnce() -> T,
-) -> (Drain, T) {
-    let (seen_tx, mut seen_rx) = tokio::sync::mpsc::unbounded_channel::<(String, Instant)>();
+) -> (
+    tokio::task::JoinHandle<()>,
+    tokio::sync::mpsc::UnboundedReceiver<(String, Instant)>,
+) {
+    let (seen_tx, seen_rx) = tokio::sync::mpsc::unbounded_channel::<(String, Instant)>();
     let watched = subs.clone();
     let watch = tokio::spawn(async move {
         let mut stream = watcher(watched, watcher::Config::default())
@@ -188,6 +188,19 @@ pub async fn drain<T>(
             }
         }
     });
+    (watch, seen_rx)
+}
+
+/// Watches the backlog in `subs` (all bound to `clusters` clusters counts), runs `start` (which
+/// starts the scheduler and hands back its handle), and times the drain.
+pub async fn drain<T>(
+    subs: &Api<Subscription>,
+    n: usize,
+    clusters: usize,
+    limit: Duration,
+    start: impl FnOnce() -> T,
+) -> (Drain, T) {
+    let (watch, mut seen_rx) = watch_bound(subs, clusters);
     tokio::time::sleep(Duration::from_millis(500)).await;
     let started = Instant::now();
     let handle = start();
@@ -228,18 +241,7 @@ pub async fn burst(
     pace: Option<Duration>,
     limit: Duration,
 ) -> Figures {
-    let (seen_tx, mut seen_rx) = tokio::sync::mpsc::unbounded_channel::<(String, Instant)>();
-    let watched = subs.clone();
-    let watch = tokio::spawn(async move {
-        let mut stream = watcher(watched, watcher::Config::default())
-            .touched_objects()
-            .boxed();
-        while let Some(Ok(s)) = stream.next().await {
-            if s.status.map(|st| st.binding_clusters.len()).unwrap_or(0) == clusters {
-                let _ = seen_tx.send((s.metadata.name.unwrap_or_default(), Instant::now()));
-            }
-        }
-    });
+    let (watch, mut seen_rx) = watch_bound(subs, clusters);
     // let the watch start before the burst
     tokio::time::sleep(Duration::from_millis(500)).await;
     let start = Instant::now();
