@@ -28,6 +28,7 @@ use crate::apis::{
     ApprovedResult, ClusterRegistrationRequest, ClusterRegistrationRequestStatus, ClusterSyncMode,
     ManagedCluster, ManagedClusterSpec,
 };
+use crate::runtime::controller::recheck;
 use crate::runtime::{Runtime, api_code};
 
 #[derive(Debug, thiserror::Error)]
@@ -171,7 +172,7 @@ pub async fn reconcile(
                 .await
                 .map_err(|(what, e)| err(what)(e))?
             {
-                return Ok(Action::requeue(Duration::from_secs(300)));
+                return Ok(recheck(Duration::from_secs(300)));
             }
             info!(request = %name, "the issued token is gone: issuing new credentials");
         }
@@ -184,7 +185,7 @@ pub async fn reconcile(
         .map_err(err("writing the Approved status"))?;
     info!(request = %name, namespace = %ns_name, "approved the cluster registration");
     metrics::counter!("clusternet_registrations_approved_total").increment(1);
-    Ok(Action::requeue(Duration::from_secs(300)))
+    Ok(recheck(Duration::from_secs(300)))
 }
 
 /// Steps 3-8 of an approval: the dedicated namespace, the ManagedCluster, the ServiceAccount,

@@ -35,7 +35,7 @@ use super::who;
 use crate::apis::known;
 use crate::apis::{Description, HelmRelease, ManagedCluster};
 use crate::helm::cli::Helm;
-use crate::runtime::cache::Shared;
+use crate::runtime::cache::{Index, Shared};
 use crate::runtime::child::ProxyAvailability;
 use crate::runtime::events::Events;
 use crate::runtime::{self, Runtime};
@@ -57,8 +57,10 @@ pub enum PushError {
 struct Ctx {
     rt: Runtime,
     events: Events,
-    clusters: Store<ManagedCluster>,
-    descriptions: Store<Description>,
+    /// By namespace.
+    clusters: Index<ManagedCluster>,
+    /// By namespace.
+    descriptions: Index<Description>,
     /// Every cluster's `child-cluster-deployer` Secret (a watch of that name only).
     secrets: Store<Secret>,
     children: ChildCache,
@@ -80,8 +82,8 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
             known::CLUSTERNET_CONTROLLER_MANAGER_NAME,
         ),
         rt,
-        clusters: clusters.store.clone(),
-        descriptions: descs.store.clone(),
+        clusters: clusters.by_namespace(),
+        descriptions: descs.by_namespace(),
         secrets: secrets.store.clone(),
         children,
         proxy: ProxyAvailability::default(),
@@ -156,15 +158,15 @@ async fn cluster_watches(
 }
 
 fn cluster_of<K: Resource>(
-    clusters: &Store<ManagedCluster>,
+    clusters: &Index<ManagedCluster>,
     obj: &K,
 ) -> Option<Arc<ManagedCluster>> {
     let ns = obj.namespace().unwrap_or_default();
     let id = obj.labels().get(known::CLUSTER_ID_LABEL).cloned();
-    clusters.state().into_iter().find(|mc| {
-        mc.namespace().as_deref() == Some(ns.as_str())
-            && id.as_ref().is_none_or(|id| *id == mc.spec.cluster_id)
-    })
+    clusters
+        .get(&ns)
+        .into_iter()
+        .find(|mc| id.as_ref().is_none_or(|id| *id == mc.spec.cluster_id))
 }
 
 /// What the parent does with a Description, from its cluster as the cache has it.
@@ -225,9 +227,7 @@ async fn reconcile(ctx: &Ctx, desc: Arc<Description>) -> Result<Action, PushErro
         (Push::Wait(Some(after)), _) => Ok(Action::requeue(after)),
         (Push::Deploy, Some(mc)) => {
             let child = child_client(ctx, &mc, &key).await?;
-            let siblings = ctx
-                .descriptions
-                .state_filter(|d| d.namespace().as_deref() == Some(ns.as_str()));
+            let siblings = ctx.descriptions.get(&ns);
             Ok(description::reconcile(
                 &child,
                 &api,
@@ -338,7 +338,7 @@ pub async fn run_helm(rt: Runtime, stop: CancellationToken) {
             FIELD_MANAGER,
         ),
         rt,
-        clusters: clusters.store.clone(),
+        clusters: clusters.by_namespace(),
         secrets: secrets.store.clone(),
         proxy: ProxyAvailability::default(),
         parent_config: tokio::sync::OnceCell::new(),
@@ -353,7 +353,8 @@ pub async fn run_helm(rt: Runtime, stop: CancellationToken) {
 struct HelmCtx {
     rt: Runtime,
     deployer: HelmDeployer,
-    clusters: Store<ManagedCluster>,
+    /// By namespace.
+    clusters: Index<ManagedCluster>,
     secrets: Store<Secret>,
     proxy: ProxyAvailability,
     parent_config: tokio::sync::OnceCell<kube::Config>,

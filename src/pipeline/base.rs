@@ -19,14 +19,15 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::{feeds, overrides};
+use super::{feeds, index, overrides};
 use crate::apis::known;
 use crate::apis::{
     Base, ChartReference, Description, DescriptionDeployer, DescriptionSpec, FeedInventory,
     Globalization, HelmChart, Localization, ManagedCluster, Manifest, OverridePolicy,
     SchedulingStrategy, Subscription,
 };
-use crate::runtime::cache::Shared;
+use crate::runtime::cache::{Index, Shared};
+use crate::runtime::controller::recheck;
 use crate::runtime::events::Events;
 use crate::runtime::{Runtime, api_code, apply};
 
@@ -51,13 +52,18 @@ pub enum BaseError {
 struct Ctx {
     rt: Runtime,
     events: Events,
-    manifests: Store<Manifest>,
+    /// By feed.
+    manifests: Index<Manifest>,
     charts: Store<HelmChart>,
-    localizations: Store<Localization>,
+    /// By namespace.
+    localizations: Index<Localization>,
     globalizations: Store<Globalization>,
-    clusters: Store<ManagedCluster>,
+    /// By namespace.
+    clusters: Index<ManagedCluster>,
     /// The shared cache of Descriptions: read, and told of our own writes.
     descriptions: Shared<Description>,
+    /// By Base uid.
+    descriptions_by_base: Index<Description>,
     subscriptions: Store<Subscription>,
     inventories: Store<FeedInventory>,
 }
@@ -84,11 +90,12 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     if !crate::runtime::cache::all_listed(&stop, kinds).await {
         return;
     }
-    // re-render the Bases a changed Manifest or override refers to
-    let base_store = bases.store.clone();
-    let by_feed = move |matches: Box<dyn Fn(&Base) -> bool + Send>| {
-        base_store
-            .state()
+    // re-render the Bases a changed Manifest or override refers to (looked up by feed, then
+    // checked in full)
+    let bases_by_feed = index::bases_by_feed(&bases);
+    let by_feed = move |feed: String, matches: Box<dyn Fn(&Base) -> bool + Send>| {
+        bases_by_feed
+            .get(&feed)
             .iter()
             .filter(|b| matches(b))
             .map(|b| ObjectRef::from_obj(b.as_ref()))
@@ -98,9 +105,18 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     let f1 = by_feed.clone();
     let from_manifests = manifests.subscribe().flat_map(move |m| {
         let labels = m.labels().clone();
-        futures::stream::iter(f1(Box::new(move |b: &Base| {
-            b.spec.feeds.iter().any(|f| feeds::matches(f, &labels))
-        })))
+        let feed = index::feed_key(
+            labels
+                .get(known::CONFIG_KIND_LABEL)
+                .map_or("", String::as_str),
+            labels
+                .get(known::CONFIG_NAME_LABEL)
+                .map_or("", String::as_str),
+        );
+        futures::stream::iter(f1(
+            feed,
+            Box::new(move |b: &Base| b.spec.feeds.iter().any(|f| feeds::matches(f, &labels))),
+        ))
     });
     let f2 = by_feed.clone();
     // only ApplyNow overrides re-render at once; ApplyLater ones wait for the next render (§5.1)
@@ -110,10 +126,13 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         .filter(move |l| futures::future::ready(apply_now(&l.spec.override_policy)))
         .flat_map(move |l| {
             let (ns, feed) = (l.namespace().unwrap_or_default(), l.spec.feed.clone());
-            futures::stream::iter(f2(Box::new(move |b: &Base| {
-                b.namespace().as_deref() == Some(ns.as_str())
-                    && b.spec.feeds.iter().any(|f| same_feed(f, &feed))
-            })))
+            futures::stream::iter(f2(
+                index::feed_key(&feed.kind, &feed.name),
+                Box::new(move |b: &Base| {
+                    b.namespace().as_deref() == Some(ns.as_str())
+                        && b.spec.feeds.iter().any(|f| same_feed(f, &feed))
+                }),
+            ))
         });
     let f3 = by_feed.clone();
     let from_globs = globs
@@ -121,20 +140,24 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         .filter(move |g| futures::future::ready(apply_now(&g.spec.override_policy)))
         .flat_map(move |g| {
             let feed = g.spec.feed.clone();
-            futures::stream::iter(f3(Box::new(move |b: &Base| {
-                b.spec.feeds.iter().any(|f| same_feed(f, &feed))
-            })))
+            futures::stream::iter(f3(
+                index::feed_key(&feed.kind, &feed.name),
+                Box::new(move |b: &Base| b.spec.feeds.iter().any(|f| same_feed(f, &feed))),
+            ))
         });
     let f4 = by_feed.clone();
     // a HelmChart found or lost (its status) re-renders the Bases that list it (§6)
     let from_charts = charts.subscribe().flat_map(move |c| {
         let (ns, name) = (c.namespace().unwrap_or_default(), c.name_any());
-        futures::stream::iter(f4(Box::new(move |b: &Base| {
-            b.spec
-                .feeds
-                .iter()
-                .any(|f| f.kind == "HelmChart" && f.namespace == ns && f.name == name)
-        })))
+        futures::stream::iter(f4(
+            index::feed_key("HelmChart", &name),
+            Box::new(move |b: &Base| {
+                b.spec
+                    .feeds
+                    .iter()
+                    .any(|f| f.kind == "HelmChart" && f.namespace == ns && f.name == name)
+            }),
+        ))
     });
     let also = futures::stream::select(
         futures::stream::select(from_manifests, from_charts),
@@ -146,11 +169,12 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
             known::CLUSTERNET_CONTROLLER_MANAGER_NAME,
         ),
         rt,
-        manifests: manifests.store.clone(),
+        manifests: index::manifests_by_feed(&manifests),
         charts: charts.store.clone(),
-        localizations: locs.store.clone(),
+        localizations: locs.by_namespace(),
         globalizations: globs.store.clone(),
-        clusters: clusters.store.clone(),
+        clusters: clusters.by_namespace(),
+        descriptions_by_base: index::descriptions_by_base(&descs),
         descriptions: descs.clone(),
         subscriptions: subs.store.clone(),
         inventories: inventories.store.clone(),
@@ -523,9 +547,8 @@ fn observe(ctx: &Ctx, base: &Base) -> Result<Observed, String> {
     let ns = base.namespace().unwrap_or_default();
     let localizations: Vec<Localization> = ctx
         .localizations
-        .state()
+        .get(&ns)
         .iter()
-        .filter(|l| l.namespace().as_deref() == Some(ns.as_str()))
         .map(|l| (**l).clone())
         .collect();
     if let Some(sub) = subscription_of(ctx, base) {
@@ -541,10 +564,12 @@ fn observe(ctx: &Ctx, base: &Base) -> Result<Observed, String> {
             .store
             .get(&ObjectRef::new(&generic_name(base)).within(&ns))
             .map(|d| (*d).clone()),
-        ours: ctx.descriptions.store.state_filter(|d| {
-            d.namespace().as_deref() == Some(ns.as_str())
-                && d.labels().get(known::CONFIG_UID_LABEL) == Some(&base_uid)
-        }),
+        ours: ctx
+            .descriptions_by_base
+            .get(&base_uid)
+            .into_iter()
+            .filter(|d| d.namespace().as_deref() == Some(ns.as_str()))
+            .collect(),
         localizations,
         globalizations: ctx
             .globalizations
@@ -554,9 +579,8 @@ fn observe(ctx: &Ctx, base: &Base) -> Result<Observed, String> {
             .collect(),
         cluster_labels: ctx
             .clusters
-            .state()
+            .get(&ns)
             .iter()
-            .filter(|c| c.namespace().as_deref() == Some(ns.as_str()))
             .map(|c| c.labels().clone())
             .collect(),
     })
@@ -587,7 +611,7 @@ async fn render(ctx: &Ctx, base: &Base) -> Result<Action, BaseError> {
     let rendered = render_feeds(
         base,
         &ctx.rt.config.reserved_namespace,
-        &ctx.manifests.state(),
+        &index::manifests_of(&ctx.manifests, &base.spec.feeds),
         &ctx.charts.state(),
         &scope,
         &previous,
@@ -610,7 +634,7 @@ async fn render(ctx: &Ctx, base: &Base) -> Result<Action, BaseError> {
         message,
     })?;
     apply_descriptions(ctx, base, changes).await?;
-    Ok(Action::requeue(Duration::from_secs(
+    Ok(recheck(Duration::from_secs(
         if rendered.problems.is_empty() {
             300
         } else {

@@ -24,6 +24,7 @@ use crate::apis::{
     Subscription,
 };
 use crate::kube_ext::quantity;
+use crate::runtime::controller::recheck;
 use crate::runtime::{Runtime, apply};
 
 /// The field manager of the FeedInventories this controller writes.
@@ -55,20 +56,23 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     let subs = rt.cache.watch::<Subscription>();
     let manifests = rt.cache.watch::<Manifest>();
     // a Manifest change re-inventories every Dividing Subscription that references it
-    let sub_store = subs.store.clone();
+    let subs_by_feed = super::index::subscriptions_by_feed(&subs);
     let reserved = rt.config.reserved_namespace.clone();
     let also = manifests.subscribe().flat_map(move |m| {
-        let subs = sub_store.state();
+        let subs = super::index::subscriptions_for_manifest(&subs_by_feed, &m);
         let refs: Vec<ObjectRef<Subscription>> = feeds::subscriptions_using(&m, &reserved, &subs)
             .filter(|s| s.spec.scheduling_strategy == Some(SchedulingStrategy::Dividing))
             .map(|s| ObjectRef::from_obj(s.as_ref()))
             .collect();
         futures::stream::iter(refs)
     });
-    let ctx = Arc::new((rt, manifests.store.clone()));
+    let ctx = Arc::new((rt, super::index::manifests_by_feed(&manifests)));
     crate::runtime::controller::run_with("feedinventory", subs, 4, stop, also, move |sub| {
         let ctx = ctx.clone();
-        async move { reconcile(&ctx.0, &ctx.1.state(), &sub).await }
+        async move {
+            let manifests = super::index::manifests_of(&ctx.1, &sub.spec.feeds);
+            reconcile(&ctx.0, &manifests, &sub).await
+        }
     })
     .await;
 }
@@ -271,14 +275,14 @@ async fn reconcile(
     let api: Api<FeedInventory> = Api::namespaced(rt.client.clone(), &ns);
     let existing = api.get_opt(&name).await.map_err(fail)?;
     if existing.is_some_and(|e| e.spec == spec) {
-        return Ok(Action::requeue(Duration::from_secs(300)));
+        return Ok(recheck(Duration::from_secs(300)));
     }
     let body = serde_json::json!(desired_inventory(sub, spec));
     apply::apply(&api, FIELD_MANAGER, &name, &body)
         .await
         .map_err(fail)?;
     info!(subscription = %format!("{ns}/{name}"), "FeedInventorySynced");
-    Ok(Action::requeue(Duration::from_secs(300)))
+    Ok(recheck(Duration::from_secs(300)))
 }
 
 #[cfg(test)]

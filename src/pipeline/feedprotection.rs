@@ -47,13 +47,12 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         return;
     }
     // a Subscription that goes away (or drops a feed) may release a Manifest being deleted
-    let store = manifests.store.clone();
+    let deleting = super::index::manifests_deleting(&manifests);
     let also = subs.subscribe().flat_map(move |_| {
         futures::stream::iter(
-            store
-                .state()
+            deleting
+                .get("")
                 .iter()
-                .filter(|m| m.metadata.deletion_timestamp.is_some())
                 .map(|m| ObjectRef::from_obj(m.as_ref()))
                 .collect::<Vec<_>>(),
         )

@@ -19,7 +19,7 @@ use tracing::info;
 
 use crate::apis::known;
 use crate::apis::{Description, DescriptionDeployer, HelmChart, HelmRelease};
-use crate::runtime::cache::Shared;
+use crate::runtime::cache::Index;
 use crate::runtime::events::Events;
 use crate::runtime::{Runtime, apply};
 use k8s_openapi::api::core::v1::Secret;
@@ -41,7 +41,8 @@ pub enum HelmReleaseError {
 struct Ctx {
     rt: Runtime,
     events: Events,
-    releases: Shared<HelmRelease>,
+    /// By the uid of their Description.
+    releases: Index<HelmRelease>,
 }
 
 pub async fn run(rt: Runtime, stop: CancellationToken) {
@@ -71,7 +72,13 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
             known::CLUSTERNET_CONTROLLER_MANAGER_NAME,
         ),
         rt,
-        releases,
+        releases: releases.index("description-uid", |r| {
+            r.labels()
+                .get(known::CONFIG_UID_LABEL)
+                .cloned()
+                .into_iter()
+                .collect()
+        }),
     });
     crate::runtime::controller::run_with("helmrelease", descs, 4, stop, also, move |d| {
         let ctx = ctx.clone();
@@ -84,9 +91,11 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
 fn releases_of(ctx: &Ctx, desc: &Description) -> Vec<Arc<HelmRelease>> {
     let uid = desc.uid().unwrap_or_default();
     let ns = desc.namespace();
-    ctx.releases.store.state_filter(|r| {
-        r.namespace() == ns && r.labels().get(known::CONFIG_UID_LABEL) == Some(&uid)
-    })
+    ctx.releases
+        .get(&uid)
+        .into_iter()
+        .filter(|r| r.namespace() == ns)
+        .collect()
 }
 
 async fn reconcile(ctx: &Ctx, desc: Arc<Description>) -> Result<Action, HelmReleaseError> {

@@ -8,6 +8,7 @@ pub mod feedprotection;
 pub mod feeds;
 pub mod helmchart;
 pub mod helmrelease;
+pub mod index;
 pub mod overrides;
 pub mod preview;
 pub mod serviceimport;

@@ -15,13 +15,15 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::feeds;
+use super::{feeds, index};
 use crate::apis::known;
 use crate::apis::{
     AggregatedStatus, CONDITION_FEEDS_RESOLVED, Description, Feed, FeedStatus,
     FeedStatusPerCluster, HelmChart, HelmChartPhase, ManagedCluster, Manifest, ReplicaStatus,
     Subscription,
 };
+use crate::runtime::cache::Index;
+use crate::runtime::controller::recheck;
 use crate::runtime::events::Events;
 use crate::runtime::{Runtime, apply};
 
@@ -45,9 +47,11 @@ struct Ctx {
     events: Events,
     /// Drift records already told on their Subscription (key -> when seen), so each is told once.
     told: std::sync::Mutex<HashMap<String, std::time::Instant>>,
-    descriptions: Store<Description>,
+    /// By Subscription uid.
+    descriptions: Index<Description>,
     clusters: Store<ManagedCluster>,
-    manifests: Store<Manifest>,
+    /// By feed.
+    manifests: Index<Manifest>,
     charts: Store<HelmChart>,
 }
 
@@ -61,11 +65,12 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         return;
     }
     // a chart found or lost changes what the status says about the Subscriptions using it
-    let chart_subs = subs.store.clone();
+    let subs_by_feed = index::subscriptions_by_feed(&subs);
+    let chart_subs = subs_by_feed.clone();
     let from_charts = charts.subscribe().flat_map(move |c| {
         let (ns, name) = (c.namespace().unwrap_or_default(), c.name_any());
         let refs: Vec<ObjectRef<Subscription>> = chart_subs
-            .state()
+            .get(&index::feed_key("HelmChart", &name))
             .iter()
             .filter(|s| {
                 s.spec
@@ -78,10 +83,9 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         futures::stream::iter(refs)
     });
     // a feed created (or deleted) after its Subscription changes what the status says about it
-    let sub_store = subs.store.clone();
     let reserved = rt.config.reserved_namespace.clone();
     let from_manifests = manifests.subscribe().flat_map(move |m| {
-        let subs = sub_store.state();
+        let subs = index::subscriptions_for_manifest(&subs_by_feed, &m);
         let refs: Vec<ObjectRef<Subscription>> = feeds::subscriptions_using(&m, &reserved, &subs)
             .map(|s| ObjectRef::from_obj(s.as_ref()))
             .collect();
@@ -104,9 +108,9 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         ),
         rt,
         told: Default::default(),
-        descriptions: descs.store.clone(),
+        descriptions: index::descriptions_by_subscription(&descs),
         clusters: clusters.store.clone(),
-        manifests: manifests.store.clone(),
+        manifests: index::manifests_by_feed(&manifests),
         charts: charts.store.clone(),
     });
     crate::runtime::controller::run_with("aggregatestatus", subs, 4, stop, also, move |sub| {
@@ -493,8 +497,8 @@ pub fn drift_news(
 /// How recent a drift must be to be told on its Subscription (older ones were told before a restart).
 const DRIFT_NEWS: Duration = Duration::from_secs(600);
 
-fn tell_drift(ctx: &Ctx, sub: &Subscription) {
-    let news = drift_news(sub, &ctx.descriptions.state(), Timestamp::now());
+fn tell_drift(ctx: &Ctx, sub: &Subscription, descriptions: &[Arc<Description>]) {
+    let news = drift_news(sub, descriptions, Timestamp::now());
     if news.is_empty() {
         return;
     }
@@ -511,21 +515,30 @@ async fn reconcile(ctx: &Ctx, sub: Arc<Subscription>) -> Result<Action, Aggregat
     if sub.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
+    let descriptions = ctx.descriptions.get(&sub.uid().unwrap_or_default());
+    // only the binding clusters are looked up (by namespace/name), not the whole fleet
+    let clusters: Vec<Arc<ManagedCluster>> = sub
+        .status
+        .iter()
+        .flat_map(|s| s.binding_clusters.iter())
+        .filter_map(|b| b.split_once('/'))
+        .filter_map(|(ns, name)| ctx.clusters.get(&ObjectRef::new(name).within(ns)))
+        .collect();
     let plan = plan_status(
         &sub,
-        &ctx.clusters.state(),
-        &ctx.descriptions.state(),
+        &clusters,
+        &descriptions,
         &ctx.rt.config.reserved_namespace,
-        &ctx.manifests.state(),
+        &index::manifests_of(&ctx.manifests, &sub.spec.feeds),
         &ctx.charts.state(),
         Timestamp::now(),
     );
     if let Some((reason, message)) = &plan.warning {
         ctx.events.warn(sub.as_ref(), reason, message);
     }
-    tell_drift(ctx, &sub);
+    tell_drift(ctx, &sub, &descriptions);
     let Some(owned) = plan.update else {
-        return Ok(Action::requeue(Duration::from_secs(300)));
+        return Ok(recheck(Duration::from_secs(300)));
     };
     let ns = sub.namespace().unwrap_or_default();
     let api: Api<Subscription> = Api::namespaced(ctx.rt.client.clone(), &ns);
@@ -542,7 +555,7 @@ async fn reconcile(ctx: &Ctx, sub: Arc<Subscription>) -> Result<Action, Aggregat
             sub: format!("{ns}/{}", sub.name_any()),
             source,
         })?;
-    Ok(Action::requeue(Duration::from_secs(300)))
+    Ok(recheck(Duration::from_secs(300)))
 }
 
 #[cfg(test)]

@@ -21,13 +21,15 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use super::index;
 use crate::apis::known;
 use crate::apis::{
     Base, BaseSpec, FeedInventory, Localization, LocalizationSpec, ManagedCluster, OverrideConfig,
     OverridePolicy, OverrideType, SchedulingStrategy, Subscription,
 };
 use crate::kube_ext::random_suffix;
-use crate::runtime::cache::{Expectations, Shared};
+use crate::runtime::cache::{Expectations, Index, Shared};
+use crate::runtime::controller::recheck;
 use crate::runtime::events::Events;
 use crate::runtime::{Runtime, api_code, apply};
 
@@ -55,9 +57,14 @@ struct Ctx {
     events: Events,
     /// The shared cache of Bases: read, and told of our own writes.
     bases: Shared<Base>,
+    /// By Subscription uid.
+    bases_by_subscription: Index<Base>,
     localizations: Store<Localization>,
+    /// By namespace.
+    localizations_by_namespace: Index<Localization>,
     namespaces: Store<Namespace>,
-    clusters: Store<ManagedCluster>,
+    /// By namespace.
+    clusters: Index<ManagedCluster>,
     expectations: Expectations,
 }
 
@@ -98,10 +105,12 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
             known::CLUSTERNET_CONTROLLER_MANAGER_NAME,
         ),
         rt,
+        bases_by_subscription: index::bases_by_subscription(&bases),
         bases: bases.clone(),
         localizations: locs.store.clone(),
+        localizations_by_namespace: locs.by_namespace(),
         namespaces: namespaces.store.clone(),
-        clusters: clusters.store.clone(),
+        clusters: clusters.by_namespace(),
         expectations: Expectations::default(),
     });
     crate::runtime::controller::run_with("subscription", subs, 8, stop, also, move |sub| {
@@ -161,15 +170,9 @@ async fn bases_of(ctx: &Ctx, uid: &str) -> Result<Vec<Base>, kube::Error> {
         .settled(&bases_group(uid), &ctx.bases.store)
     {
         return Ok(ctx
-            .bases
-            .store
-            .state()
+            .bases_by_subscription
+            .get(uid)
             .iter()
-            .filter(|b| {
-                b.labels()
-                    .get(known::CONFIG_SUBSCRIPTION_UID_LABEL)
-                    .is_some_and(|v| v == uid)
-            })
             .map(|b| (**b).clone())
             .collect());
     }
@@ -432,11 +435,19 @@ async fn populate(ctx: &Ctx, sub: &Subscription) -> Result<Action, SubscriptionE
     } else {
         None
     };
+    // the clusters of the namespaces its Bases are in (an unbound one's fate depends on it)
+    let mut base_namespaces: Vec<String> = existing.iter().filter_map(|b| b.namespace()).collect();
+    base_namespaces.sort();
+    base_namespaces.dedup();
+    let clusters: Vec<Arc<ManagedCluster>> = base_namespaces
+        .iter()
+        .flat_map(|ns| ctx.clusters.get(ns))
+        .collect();
     let plan = plan_bases(
         sub,
         &existing,
         &namespaces,
-        &ctx.clusters.state(),
+        &clusters,
         Timestamp::now(),
         rt.config.unbound_keep_window(),
         &mut |prefix| format!("{prefix}-{}", random_suffix(5)),
@@ -456,7 +467,7 @@ async fn populate(ctx: &Ctx, sub: &Subscription) -> Result<Action, SubscriptionE
     for b in &plan.delete {
         delete_base(ctx, sub, b).await?;
     }
-    Ok(Action::requeue(plan.recheck))
+    Ok(recheck(plan.recheck))
 }
 
 /// How many Bases of one Subscription are written at once.
@@ -710,13 +721,12 @@ async fn localizations_of(
         .settled(&localizations_group(&sub_uid, ns), &ctx.localizations)
     {
         return Ok(ctx
-            .localizations
-            .state()
+            .localizations_by_namespace
+            .get(ns)
             .iter()
             .filter(|l| {
                 let labels = l.labels();
-                l.namespace().as_deref() == Some(ns)
-                    && labels.get(&sub_uid).map(String::as_str) == Some(known::SUBSCRIPTION_KIND)
+                labels.get(&sub_uid).map(String::as_str) == Some(known::SUBSCRIPTION_KIND)
                     && labels
                         .get(known::OBJECT_CREATED_BY_LABEL)
                         .map(String::as_str)

@@ -8,10 +8,10 @@
 //! so `/readyz` turns green only after every cache a role needs has listed once.
 
 use std::any::Any;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Debug;
 use std::hash::Hash;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use futures::{StreamExt, TryStreamExt};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -72,8 +72,8 @@ where
 {
     pub store: Store<K>,
     changes: tokio::sync::broadcast::Sender<Arc<K>>,
-    /// The store's one writer, shared by the watch and [`Shared::observe_write`].
-    writer: Arc<Mutex<reflector::store::Writer<K>>>,
+    /// The store's one writer and its indexes, shared by the watch and [`Shared::observe_write`].
+    writer: Arc<Mutex<CacheWriter<K>>>,
     /// Set once the first list arrived. kube's `Store::wait_until_ready` wakes only one of several
     /// concurrent waiters (a shared oneshot), so one task waits there and everybody else here.
     ready: tokio::sync::watch::Receiver<bool>,
@@ -126,17 +126,50 @@ where
     {
         let mut obj = obj;
         obj.meta_mut().managed_fields = None;
-        let key = ObjectRef::from_obj(&obj);
-        let held = self.store.get(&key);
-        if !is_newer(obj.meta().resource_version.as_deref(), held.as_deref()) {
+        let Some(obj) = reflect(&self.writer, &self.store, watcher::Event::Apply(obj)) else {
             return;
-        }
-        {
-            let mut writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
-            writer.apply_watcher_event(&watcher::Event::Apply(obj.clone()));
-        }
+        };
         metrics::counter!("clusternet_cache_writes_observed_total").increment(1);
         let _ = self.changes.send(Arc::new(obj));
+    }
+
+    /// The index `name` of this kind (the objects by the keys `keys` gives each), built from the
+    /// store on first use and kept by the store's writer from then on: a reconciler that needs
+    /// "the Descriptions of this Base" reads one bucket instead of filtering every Description of
+    /// the cache (which made each reconcile cost O(objects), and a cold start O(objects²)).
+    /// Every user of one `name` must pass the same `keys`.
+    pub fn index(&self, name: &'static str, keys: fn(&K) -> Vec<String>) -> Index<K>
+    where
+        K::DynamicType: Default,
+    {
+        let mut writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, data)) = writer.indexes.iter().find(|(n, _)| *n == name) {
+            return Index {
+                store: self.store.clone(),
+                data: data.clone(),
+            };
+        }
+        let mut data = IndexData {
+            keys,
+            by_key: HashMap::new(),
+        };
+        data.rebuild(&self.store.state());
+        let data = Arc::new(RwLock::new(data));
+        writer.indexes.push((name, data.clone()));
+        Index {
+            store: self.store.clone(),
+            data,
+        }
+    }
+
+    /// The index of this kind by namespace.
+    pub fn by_namespace(&self) -> Index<K>
+    where
+        K::DynamicType: Default,
+    {
+        self.index("namespace", |o| {
+            o.meta().namespace.iter().cloned().collect()
+        })
     }
 
     /// A new subscription to the objects this cache applies or deletes (deleted ones are gone from
@@ -253,7 +286,10 @@ impl SharedCache {
             return existing.clone();
         }
         let (store, writer) = reflector::store::<K>();
-        let writer = Arc::new(Mutex::new(writer));
+        let writer = Arc::new(Mutex::new(CacheWriter {
+            store: writer,
+            indexes: Vec::new(),
+        }));
         let (changes, _) = tokio::sync::broadcast::channel(SUBSCRIBER_BUFFER);
         let api: Api<K> = Api::all(self.client.clone());
         let stream = watcher(api, config.any_semantic())
@@ -343,27 +379,158 @@ fn watch_error_is_not_found(e: &watcher::Error) -> bool {
     }
 }
 
-/// Applies one watch event to the store, as kube's reflector does, except that an object older
-/// than the one [`Shared::observe_write`] already put there is not applied (the watch lags
-/// behind our own write) and the echo of that write is not announced again. Returns the object
-/// to announce to subscribers.
-fn reflect<K>(
-    writer: &Mutex<reflector::store::Writer<K>>,
-    store: &Store<K>,
-    ev: watcher::Event<K>,
-) -> Option<K>
+/// The store's writer with the indexes it keeps beside the store.
+struct CacheWriter<K: Resource + Clone + 'static>
+where
+    K::DynamicType: Eq + Hash + Clone,
+{
+    store: reflector::store::Writer<K>,
+    indexes: Vec<(&'static str, Arc<RwLock<IndexData<K>>>)>,
+}
+
+/// One index's buckets: key -> the objects that have it.
+struct IndexData<K: Resource + 'static>
+where
+    K::DynamicType: Eq + Hash + Clone,
+{
+    keys: fn(&K) -> Vec<String>,
+    by_key: HashMap<String, HashSet<ObjectRef<K>>>,
+}
+
+/// The object's reference without the resourceVersion and uid `ObjectRef::from_obj` copies in
+/// (the index holds one per object and key; equality ignores them anyway).
+fn bare_ref<K: Resource>(obj: &K) -> ObjectRef<K>
+where
+    K::DynamicType: Eq + Hash + Clone + Default,
+{
+    let r = ObjectRef::new(obj.meta().name.as_deref().unwrap_or_default());
+    match obj.meta().namespace.as_deref() {
+        Some(ns) => r.within(ns),
+        None => r,
+    }
+}
+
+impl<K: Resource + 'static> IndexData<K>
+where
+    K::DynamicType: Eq + Hash + Clone + Default,
+{
+    fn insert(&mut self, obj: &K) {
+        for key in (self.keys)(obj) {
+            self.by_key.entry(key).or_default().insert(bare_ref(obj));
+        }
+    }
+
+    fn remove(&mut self, obj: &K) {
+        let r = bare_ref(obj);
+        for key in (self.keys)(obj) {
+            if let Some(bucket) = self.by_key.get_mut(&key) {
+                bucket.remove(&r);
+                if bucket.is_empty() {
+                    self.by_key.remove(&key);
+                }
+            }
+        }
+    }
+
+    fn rebuild(&mut self, all: &[Arc<K>]) {
+        self.by_key.clear();
+        for obj in all {
+            self.insert(obj);
+        }
+    }
+}
+
+/// A secondary index of a kind in the shared cache ([`Shared::index`]).
+pub struct Index<K: Resource + 'static>
+where
+    K::DynamicType: Eq + Hash + Clone,
+{
+    store: Store<K>,
+    data: Arc<RwLock<IndexData<K>>>,
+}
+
+impl<K: Resource + 'static> Clone for Index<K>
+where
+    K::DynamicType: Eq + Hash + Clone,
+{
+    fn clone(&self) -> Self {
+        Index {
+            store: self.store.clone(),
+            data: self.data.clone(),
+        }
+    }
+}
+
+impl<K: Resource + Clone + 'static> Index<K>
+where
+    K::DynamicType: Eq + Hash + Clone + Default,
+{
+    /// The cached objects with `key`, as the store holds them now.
+    pub fn get(&self, key: &str) -> Vec<Arc<K>> {
+        let (refs, keys): (Vec<ObjectRef<K>>, _) = {
+            let data = self.data.read().unwrap_or_else(|p| p.into_inner());
+            let refs = data
+                .by_key
+                .get(key)
+                .map(|b| b.iter().cloned().collect())
+                .unwrap_or_default();
+            (refs, data.keys)
+        };
+        // the store may be a step ahead of the index (it is written first): an object that no
+        // longer has the key, or is gone, is not returned
+        refs.iter()
+            .filter_map(|r| self.store.get(r))
+            .filter(|o| keys(o).iter().any(|k| k == key))
+            .collect()
+    }
+}
+
+/// Applies one watch event to the store and its indexes, as kube's reflector does, except that
+/// an object older than the one [`Shared::observe_write`] already put there is not applied (the
+/// watch lags behind our own write) and the echo of that write is not announced again. Returns
+/// the object to announce to subscribers.
+fn reflect<K>(writer: &Mutex<CacheWriter<K>>, store: &Store<K>, ev: watcher::Event<K>) -> Option<K>
 where
     K: Resource + Clone + 'static,
     K::DynamicType: Eq + Hash + Clone + Default,
 {
-    if let watcher::Event::Apply(obj) = &ev {
-        let held = store.get(&ObjectRef::from_obj(obj));
-        if held.is_some() && !is_newer(obj.meta().resource_version.as_deref(), held.as_deref()) {
-            return None;
+    // the whole step under the writer's lock: the watch and our own writes take turns
+    let mut writer = writer.lock().unwrap_or_else(|p| p.into_inner());
+    let held = match &ev {
+        watcher::Event::Apply(o) | watcher::Event::Delete(o) => store.get(&ObjectRef::from_obj(o)),
+        _ => None,
+    };
+    if let watcher::Event::Apply(obj) = &ev
+        && held.is_some()
+        && !is_newer(obj.meta().resource_version.as_deref(), held.as_deref())
+    {
+        return None;
+    }
+    writer.store.apply_watcher_event(&ev);
+    if !writer.indexes.is_empty() {
+        // during a relist kube's writer fills a buffer and swaps it in at InitDone: the indexes
+        // follow the store, so they are rebuilt then
+        let all = matches!(ev, watcher::Event::InitDone).then(|| store.state());
+        for (_, data) in &writer.indexes {
+            let mut data = data.write().unwrap_or_else(|p| p.into_inner());
+            match &ev {
+                watcher::Event::Apply(o) => {
+                    if let Some(h) = &held {
+                        data.remove(h);
+                    }
+                    data.insert(o);
+                }
+                watcher::Event::Delete(o) => {
+                    if let Some(h) = &held {
+                        data.remove(h);
+                    }
+                    data.remove(o);
+                }
+                watcher::Event::InitDone => data.rebuild(all.as_deref().unwrap_or_default()),
+                watcher::Event::Init | watcher::Event::InitApply(_) => {}
+            }
         }
     }
-    let mut writer = writer.lock().unwrap_or_else(|p| p.into_inner());
-    writer.apply_watcher_event(&ev);
     match ev {
         watcher::Event::Apply(o) | watcher::Event::Delete(o) | watcher::Event::InitApply(o) => {
             Some(o)
@@ -502,6 +669,7 @@ impl Expectations {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::ResourceExt;
     use kube::api::ObjectMeta;
 
     #[tokio::test]
@@ -544,7 +712,10 @@ mod tests {
         let shared = Shared {
             store: store.clone(),
             changes,
-            writer: Arc::new(Mutex::new(writer)),
+            writer: Arc::new(Mutex::new(CacheWriter {
+                store: writer,
+                indexes: Vec::new(),
+            })),
             ready,
         };
         let w = shared.writer.clone();
@@ -580,6 +751,95 @@ mod tests {
         assert!(rv(&store).is_none());
         // resourceVersions that are not integers cannot be compared: the watch wins
         assert!(is_newer(Some("x"), Some(&cm("a", "9"))));
+    }
+
+    fn labelled(name: &str, rv: &str, owner: Option<&str>) -> ConfigMap {
+        let mut o = cm(name, rv);
+        o.metadata.labels = owner.map(|v| [("owner".to_string(), v.to_string())].into());
+        o
+    }
+
+    fn names(objs: Vec<Arc<ConfigMap>>) -> Vec<String> {
+        let mut n: Vec<String> = objs.iter().map(|o| o.name_any()).collect();
+        n.sort();
+        n
+    }
+
+    #[tokio::test]
+    async fn an_index_follows_applies_relabels_deletes_relists_and_our_own_writes() {
+        let (store, writer) = reflector::store::<ConfigMap>();
+        let (changes, _rx) = tokio::sync::broadcast::channel(16);
+        let (_ready_tx, ready) = tokio::sync::watch::channel(true);
+        let shared = Shared {
+            store: store.clone(),
+            changes,
+            writer: Arc::new(Mutex::new(CacheWriter {
+                store: writer,
+                indexes: Vec::new(),
+            })),
+            ready,
+        };
+        let w = shared.writer.clone();
+        let owner = |o: &ConfigMap| o.labels().get("owner").cloned().into_iter().collect();
+        reflect(
+            &w,
+            &store,
+            watcher::Event::Apply(labelled("a", "1", Some("x"))),
+        );
+        // built from what the store holds when first asked for, shared under one name
+        let by_owner = shared.index("owner", owner);
+        assert_eq!(names(by_owner.get("x")), ["a"]);
+        reflect(
+            &w,
+            &store,
+            watcher::Event::Apply(labelled("b", "2", Some("x"))),
+        );
+        reflect(
+            &w,
+            &store,
+            watcher::Event::Apply(labelled("c", "3", Some("y"))),
+        );
+        assert_eq!(names(shared.index("owner", owner).get("x")), ["a", "b"]);
+        // relabelled: out of the old bucket, into the new one
+        reflect(
+            &w,
+            &store,
+            watcher::Event::Apply(labelled("b", "4", Some("y"))),
+        );
+        assert_eq!(names(by_owner.get("x")), ["a"]);
+        assert_eq!(names(by_owner.get("y")), ["b", "c"]);
+        // the label dropped, then deleted
+        reflect(&w, &store, watcher::Event::Apply(labelled("c", "5", None)));
+        assert_eq!(names(by_owner.get("y")), ["b"]);
+        reflect(
+            &w,
+            &store,
+            watcher::Event::Delete(labelled("b", "6", Some("y"))),
+        );
+        assert!(by_owner.get("y").is_empty());
+        // our own write is indexed at once; a stale echo changes nothing
+        shared.observe_write(labelled("d", "7", Some("y")));
+        assert!(
+            reflect(
+                &w,
+                &store,
+                watcher::Event::Apply(labelled("d", "7", Some("y")))
+            )
+            .is_none()
+        );
+        assert_eq!(names(by_owner.get("y")), ["d"]);
+        // a relist: the store (and the index) keep the old state until InitDone swaps in the new
+        reflect(&w, &store, watcher::Event::Init);
+        reflect(
+            &w,
+            &store,
+            watcher::Event::InitApply(labelled("e", "8", Some("x"))),
+        );
+        assert_eq!(names(by_owner.get("x")), ["a"]);
+        reflect(&w, &store, watcher::Event::InitDone);
+        assert_eq!(names(by_owner.get("x")), ["e"]);
+        assert!(by_owner.get("y").is_empty());
+        assert_eq!(names(shared.by_namespace().get("ns")), ["e"]);
     }
 
     #[test]

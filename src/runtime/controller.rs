@@ -32,6 +32,20 @@ use crate::runtime::cache::Shared;
 pub const BACKOFF_MIN: Duration = Duration::from_millis(5);
 pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
 
+/// Looks at an object again after `after` and up to a tenth more, at random: objects reconciled
+/// in one burst (a start, a restart, a thousand Subscriptions applied at once) do not all come
+/// back for their periodic recheck in the same second, five minutes later.
+pub fn recheck(after: Duration) -> Action {
+    use rand::Rng;
+    let spread = after.as_millis() as u64 / 10;
+    let extra = if spread == 0 {
+        0
+    } else {
+        rand::rng().random_range(0..=spread)
+    };
+    Action::requeue(after + Duration::from_millis(extra))
+}
+
 /// Retries per second over all objects of one controller, beyond [`RETRY_BURST`] (client-go's
 /// `DefaultControllerRateLimiter` takes the larger of the per-object delay and such a bucket):
 /// when hundreds of objects fail for one cause (a Push cluster whose agent is gone, an API server
