@@ -558,11 +558,16 @@ async fn clean_up(parent: &kube::Client, subs: &Api<Subscription>, ns: &str) {
             },
         )
         .await;
-        assert!(
-            start.elapsed() < Duration::from_secs(600),
-            "the bench's Bases and Descriptions were not gone within 10 minutes"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        // thousands go at the default client limits' pace (a Subscription's deletion is several
+        // writes); what is measured was printed before, so a slow clean-up is said, not fatal
+        if start.elapsed() > Duration::from_secs(1800) {
+            eprintln!(
+                "scale: the bench's Bases and Descriptions in {ns} were not gone within 30 minutes; going on"
+            );
+            return;
+        }
+        // every round lists thousands of objects: not so often that the harness loads the server
+        tokio::time::sleep(Duration::from_secs(2)).await;
     }
 }
 
@@ -757,7 +762,13 @@ struct Cold {
     rss_after: f64,
 }
 
-async fn cold_start(env: &TestEnv, parent: &kube::Client, clusters: usize, n: usize) -> Cold {
+async fn cold_start(
+    env: &TestEnv,
+    parent: &kube::Client,
+    clusters: usize,
+    n: usize,
+    ceilings: (f64, f64),
+) {
     let fleet = Fleet::create(parent, clusters).await;
     let appns = format!("scaleapp-{}", fleet.id);
     feed(parent, &appns).await;
@@ -830,11 +841,7 @@ async fn cold_start(env: &TestEnv, parent: &kube::Client, clusters: usize, n: us
     let user_latency = described_in(&progress, &user, Duration::from_secs(120)).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let rss_after = process.usage().rss_mib;
-    clean_up(parent, &subs, &ns.name).await;
-    watching.abort();
-    drop(process);
-    fleet.delete(parent).await;
-    Cold {
+    let cold = Cold {
         subscriptions: n,
         clusters,
         fill,
@@ -846,7 +853,52 @@ async fn cold_start(env: &TestEnv, parent: &kube::Client, clusters: usize, n: us
         quiet_latency,
         rss_before,
         rss_after,
-    }
+    };
+    print_cold(&cold, ceilings);
+    clean_up(parent, &subs, &ns.name).await;
+    watching.abort();
+    drop(process);
+    fleet.delete(parent).await;
+}
+
+/// Prints what [`cold_start`] measured (before its clean-up, which takes long at 10,000).
+fn print_cold(c: &Cold, (ceiling, ceiling_apply): (f64, f64)) {
+    let per_second = c.fill_writes / c.fill.as_secs_f64().max(1e-3);
+    println!(
+        "cold start: {} Subscriptions bound over {} clusters (one each), created and carried to their \
+         Descriptions in {:.1} s with the client limits lifted ({:.0} Subscriptions/s, {:.0} writes/s: {:.0}% \
+         of the create ceiling, {:.0}% of the apply ceiling); then the process is killed and started again \
+         with the default limits; while filling, the parent's kube-apiserver and etcd used {:.2} cores, \
+         clusternet {:.2}",
+        c.subscriptions,
+        c.clusters,
+        c.fill.as_secs_f64(),
+        c.subscriptions as f64 / c.fill.as_secs_f64().max(1e-3),
+        per_second,
+        100.0 * per_second / ceiling.max(1e-3),
+        100.0 * per_second / ceiling_apply.max(1e-3),
+        c.fill_cpu.0 / c.fill.as_secs_f64().max(1e-3),
+        c.fill_cpu.1 / c.fill.as_secs_f64().max(1e-3),
+    );
+    println!("| figure | value |");
+    println!("|---|---|");
+    println!(
+        "| start -> ready (every cache listed) | {:.1} s |",
+        c.ready.as_secs_f64()
+    );
+    println!("| start -> every queue drained | {} |", took(c.drain));
+    println!(
+        "| a user's new Subscription during the drain: create -> Description | {} |",
+        c.user_latency.map_or("not within 120 s".into(), ms)
+    );
+    println!(
+        "| the same before the restart, nothing else going on | {} |",
+        c.quiet_latency.map_or("not within 60 s".into(), ms)
+    );
+    println!(
+        "| RSS with them, before / after the restart | {:.1} / {:.1} MiB |",
+        c.rss_before, c.rss_after
+    );
 }
 
 /// How the bare client writes in [`ceiling`].
@@ -907,7 +959,29 @@ async fn ceiling(env: &TestEnv, parent: &kube::Client, secs: u64, how: Write) ->
         .buffer_unordered(64)
         .collect::<Vec<_>>()
         .await;
-    done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+    let rate = done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64();
+    // the namespace controller empties it object by object: thousands of deletes that would load
+    // the server (and the process's caches) during whatever is measured next
+    gone(parent, &ns.name).await;
+    rate
+}
+
+/// Deletes namespace `name` and waits until the server has emptied and removed it.
+async fn gone(parent: &kube::Client, name: &str) {
+    let namespaces: Api<Namespace> = Api::all(parent.clone());
+    let _ = namespaces.delete(name, &DeleteParams::default()).await;
+    let start = Instant::now();
+    while matches!(namespaces.get_opt(name).await, Ok(Some(_))) {
+        if start.elapsed() > Duration::from_secs(900) {
+            eprintln!("scale: namespace {name} still there after 15 minutes; going on");
+            return;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    eprintln!(
+        "scale: namespace {name} emptied and gone in {:.0} s",
+        start.elapsed().as_secs_f64()
+    );
 }
 
 fn ms(d: Duration) -> String {
@@ -995,42 +1069,6 @@ async fn main() {
             tiers.iter().copied().max().unwrap_or(1000),
         );
         eprintln!("scale: cold start with {cold} Subscriptions over {clusters} clusters");
-        let c = cold_start(env, &parent, clusters, cold).await;
-        let per_second = c.fill_writes / c.fill.as_secs_f64().max(1e-3);
-        println!(
-            "cold start: {} Subscriptions bound over {} clusters (one each), created and carried to their \
-             Descriptions in {:.1} s with the client limits lifted ({:.0} Subscriptions/s, {:.0} writes/s: {:.0}% \
-             of the create ceiling, {:.0}% of the apply ceiling); then the process is killed and started again \
-             with the default limits; while filling, the parent's kube-apiserver and etcd used {:.2} cores, \
-             clusternet {:.2}",
-            c.subscriptions,
-            c.clusters,
-            c.fill.as_secs_f64(),
-            c.subscriptions as f64 / c.fill.as_secs_f64().max(1e-3),
-            per_second,
-            100.0 * per_second / ceiling.max(1e-3),
-            100.0 * per_second / ceiling_apply.max(1e-3),
-            c.fill_cpu.0 / c.fill.as_secs_f64().max(1e-3),
-            c.fill_cpu.1 / c.fill.as_secs_f64().max(1e-3),
-        );
-        println!("| figure | value |");
-        println!("|---|---|");
-        println!(
-            "| start -> ready (every cache listed) | {:.1} s |",
-            c.ready.as_secs_f64()
-        );
-        println!("| start -> every queue drained | {} |", took(c.drain));
-        println!(
-            "| a user's new Subscription during the drain: create -> Description | {} |",
-            c.user_latency.map_or("not within 120 s".into(), ms)
-        );
-        println!(
-            "| the same before the restart, nothing else going on | {} |",
-            c.quiet_latency.map_or("not within 60 s".into(), ms)
-        );
-        println!(
-            "| RSS with them, before / after the restart | {:.1} / {:.1} MiB |",
-            c.rss_before, c.rss_after
-        );
+        cold_start(env, &parent, clusters, cold, (ceiling, ceiling_apply)).await;
     }
 }

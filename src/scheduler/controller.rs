@@ -181,8 +181,16 @@ fn spawn_triggers(
     let mut sub_events = caches.subs.subscribe();
     let mut inv_events = caches.inventories.subscribe();
     let mut cluster_events = caches.clusters.subscribe();
+    // everything already there is re-checked behind whatever changes from now on, and counts as
+    // seen: only a new object or a new spec joins the live lane, not a status write, a relist or
+    // a lagging subscriber's replay of a Subscription that is still waiting in the backlog
+    let mut generations = SeenSpecs::new();
+    for s in sub_store.state() {
+        let key = sub_key(&s);
+        queue.add_backlog(&key, s.spec.priority.unwrap_or(0));
+        spec_is_new(&mut generations, &key, &s);
+    }
     tokio::spawn(async move {
-        let mut generations = SeenSpecs::new();
         let mut facts: HashMap<String, ClusterFacts> = cluster_store
             .state()
             .iter()
@@ -252,10 +260,6 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         return;
     }
     let queue = Arc::new(SchedulingQueue::default());
-    // everything already there is re-checked behind whatever changes from now on
-    for s in caches.subs.store.state() {
-        queue.add_backlog(&sub_key(&s), s.spec.priority.unwrap_or(0));
-    }
     let fail_over = rt.config.gate(known::FAIL_OVER);
     let settings = super::failover::Settings {
         grace: rt.config.cluster_failover_grace,
