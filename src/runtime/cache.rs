@@ -704,13 +704,17 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn an_observed_write_is_seen_at_once_and_its_late_echo_is_not_announced_again() {
+    /// A kind's cache that has listed, without a watch (the tests play the watch with `reflect`),
+    /// and a subscription to what it announces.
+    fn listed_shared() -> (
+        Shared<ConfigMap>,
+        tokio::sync::broadcast::Receiver<Arc<ConfigMap>>,
+    ) {
         let (store, writer) = reflector::store::<ConfigMap>();
-        let (changes, mut rx) = tokio::sync::broadcast::channel(16);
+        let (changes, rx) = tokio::sync::broadcast::channel(16);
         let (_ready_tx, ready) = tokio::sync::watch::channel(true);
         let shared = Shared {
-            store: store.clone(),
+            store,
             changes,
             writer: Arc::new(Mutex::new(CacheWriter {
                 store: writer,
@@ -718,7 +722,13 @@ mod tests {
             })),
             ready,
         };
-        let w = shared.writer.clone();
+        (shared, rx)
+    }
+
+    #[tokio::test]
+    async fn an_observed_write_is_seen_at_once_and_its_late_echo_is_not_announced_again() {
+        let (shared, mut rx) = listed_shared();
+        let (store, w) = (shared.store.clone(), shared.writer.clone());
         assert_eq!(
             reflect(&w, &store, watcher::Event::Apply(cm("a", "4")))
                 .map(|o| o.metadata.resource_version),
@@ -767,19 +777,8 @@ mod tests {
 
     #[tokio::test]
     async fn an_index_follows_applies_relabels_deletes_relists_and_our_own_writes() {
-        let (store, writer) = reflector::store::<ConfigMap>();
-        let (changes, _rx) = tokio::sync::broadcast::channel(16);
-        let (_ready_tx, ready) = tokio::sync::watch::channel(true);
-        let shared = Shared {
-            store: store.clone(),
-            changes,
-            writer: Arc::new(Mutex::new(CacheWriter {
-                store: writer,
-                indexes: Vec::new(),
-            })),
-            ready,
-        };
-        let w = shared.writer.clone();
+        let (shared, _rx) = listed_shared();
+        let (store, w) = (shared.store.clone(), shared.writer.clone());
         let owner = |o: &ConfigMap| o.labels().get("owner").cloned().into_iter().collect();
         reflect(
             &w,
