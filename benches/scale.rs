@@ -184,7 +184,8 @@ enum Limits {
     Lifted,
 }
 
-/// All parent roles in one process, without leader election; its RUST_LOG at info.
+/// All parent roles in one process, without leader election; its RUST_LOG at info (or
+/// `SCALE_LOG`, e.g. `info,clusternet::scheduler=debug`).
 fn start_parent(limits: Limits) -> Clusternet {
     let env = TestEnv::get();
     let kubeconfig = format!("--kubeconfig={}", env.parent_kubeconfig().display());
@@ -199,7 +200,8 @@ fn start_parent(limits: Limits) -> Clusternet {
     if limits == Limits::Lifted {
         args.extend(["--kube-api-qps=10000", "--kube-api-burst=20000"]);
     }
-    Clusternet::start_with_env("scale-parent", &args, &[("RUST_LOG", "info")])
+    let log = std::env::var("SCALE_LOG").unwrap_or_else(|_| "info".into());
+    Clusternet::start_with_env("scale-parent", &args, &[("RUST_LOG", &log)])
 }
 
 /// Waits until the process says it is ready (every cache listed once).

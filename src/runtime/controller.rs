@@ -323,9 +323,10 @@ pub async fn run_with<K, R, Fut, E, S>(
             },
             move |obj, err: &E, _ctx| {
                 let (wait, failures) = on_error.failed(&object_key(obj.as_ref()));
-                // the first failures are often a race with another writer; say it loudly only
-                // when it keeps failing
-                if failures <= 1 || failures.is_power_of_two() {
+                // a first failure is most often a race with another writer (a finalizer patch
+                // whose precondition a status write just broke) that its retry 5 ms later
+                // resolves; say it loudly only when it fails again, and then at 2, 4, 8, ...
+                if failures >= 2 && failures.is_power_of_two() {
                     warn!(controller = name, object = %object_key(obj.as_ref()), error = %err, failures, retry_in = ?wait, "reconcile failed; retrying");
                 } else {
                     debug!(controller = name, object = %object_key(obj.as_ref()), error = %err, failures, retry_in = ?wait, "reconcile failed; retrying");

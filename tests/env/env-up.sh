@@ -21,6 +21,10 @@ NODES=${CLUSTERNET_ENV_NODES:-2}             # fake nodes per cluster
 NODE_CPU=${CLUSTERNET_ENV_NODE_CPU:-8}
 NODE_MEM=${CLUSTERNET_ENV_NODE_MEMORY:-32Gi}
 NODE_PODS=${CLUSTERNET_ENV_NODE_PODS:-110}
+# Each kube-apiserver's Go heap limit (GOMEMLIMIT: a size, or `off`) and whether it serves
+# /debug/pprof (the benches lift the one and may turn on the other)
+APISERVER_MEMLIMIT=${CLUSTERNET_ENV_APISERVER_MEMLIMIT:-600MiB}
+APISERVER_PROFILING=${CLUSTERNET_ENV_APISERVER_PROFILING:-false}
 BOOTSTRAP_GROUP=system:bootstrappers:clusternet:register-cluster-token
 t0=$SECONDS
 
@@ -116,7 +120,7 @@ for c in "${CLUSTERS[@]}"; do
   kubeconfig "$P/scheduler.kubeconfig" "https://127.0.0.1:$port" "$P/ca.crt" "$c" "$P/scheduler.crt" "$P/scheduler.key"
   log "starting kube-apiserver for $c on 127.0.0.1:$port"
   # --endpoint-reconciler-type=none: a loopback advertise address is refused by the lease reconciler
-  GOMEMLIMIT=${CLUSTERNET_ENV_APISERVER_MEMLIMIT:-600MiB} start "$c-kube-apiserver" kube-apiserver \
+  GOMEMLIMIT=$APISERVER_MEMLIMIT start "$c-kube-apiserver" kube-apiserver \
     --etcd-servers="http://127.0.0.1:$ETCD_PORT" --etcd-prefix="$PREFIX/$c" \
     --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$port" \
     --tls-cert-file="$P/apiserver.crt" --tls-private-key-file="$P/apiserver.key" --client-ca-file="$P/ca.crt" \
@@ -129,7 +133,7 @@ for c in "${CLUSTERS[@]}"; do
     --requestheader-uid-headers=X-Remote-Uid --requestheader-extra-headers-prefix=X-Remote-Extra- \
     --proxy-client-cert-file="$P/front-proxy-client.crt" --proxy-client-key-file="$P/front-proxy-client.key" \
     --endpoint-reconciler-type=none --allow-privileged=true --enable-priority-and-fairness=false \
-    --profiling=false --v=1
+    --profiling="$APISERVER_PROFILING" --v=1
 done
 
 for c in "${CLUSTERS[@]}"; do
