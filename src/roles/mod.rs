@@ -42,6 +42,7 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     let metrics = telemetry::metrics_handle().map_err(RunError::Metrics)?;
     let shutdown = CancellationToken::new();
     spawn_signal_handler(shutdown.clone());
+    runtime::memory::spawn_trimmer(shutdown.clone());
 
     let (client, cluster_url) = runtime::client_for(&config).await?;
     let (events_client, _) = runtime::client_for(&config).await?;

@@ -12,6 +12,7 @@ pub mod controller;
 pub mod events;
 pub mod health;
 pub mod leader;
+pub mod memory;
 pub mod ratelimit;
 pub mod serving;
 pub mod telemetry;
