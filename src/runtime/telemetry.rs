@@ -82,6 +82,13 @@ pub fn metrics_handle() -> Result<PrometheusHandle, String> {
     Ok(HANDLE.get().cloned().unwrap_or(handle))
 }
 
+/// The number after `field` (`VmRSS:`, `RssAnon:`, `Threads:`, ...) in the text of
+/// /proc/PID/status: kB for the sizes, a count for the rest; None when absent or not a number.
+pub fn proc_status_value(status: &str, field: &str) -> Option<u64> {
+    let line = status.lines().find(|l| l.starts_with(field))?;
+    line[field.len()..].split_whitespace().next()?.parse().ok()
+}
+
 /// Refreshes process_* gauges from /proc (Linux); silently skipped where /proc is absent.
 pub fn record_process_metrics() {
     static START: OnceLock<f64> = OnceLock::new();
@@ -93,25 +100,13 @@ pub fn record_process_metrics() {
     });
     metrics::gauge!("process_start_time_seconds").set(start);
     if let Ok(status) = std::fs::read_to_string("/proc/self/status") {
-        for line in status.lines() {
-            let mut it = line.split_whitespace();
-            match (it.next(), it.next()) {
-                (Some("VmRSS:"), Some(kb)) => {
-                    if let Ok(kb) = kb.parse::<f64>() {
-                        metrics::gauge!("process_resident_memory_bytes").set(kb * 1024.0);
-                    }
-                }
-                (Some("VmSize:"), Some(kb)) => {
-                    if let Ok(kb) = kb.parse::<f64>() {
-                        metrics::gauge!("process_virtual_memory_bytes").set(kb * 1024.0);
-                    }
-                }
-                (Some("Threads:"), Some(n)) => {
-                    if let Ok(n) = n.parse::<f64>() {
-                        metrics::gauge!("process_threads").set(n);
-                    }
-                }
-                _ => {}
+        for (field, gauge, scale) in [
+            ("VmRSS:", "process_resident_memory_bytes", 1024.0),
+            ("VmSize:", "process_virtual_memory_bytes", 1024.0),
+            ("Threads:", "process_threads", 1.0),
+        ] {
+            if let Some(v) = proc_status_value(&status, field) {
+                metrics::gauge!(gauge).set(v as f64 * scale);
             }
         }
     }
@@ -129,5 +124,20 @@ pub fn record_process_metrics() {
     }
     if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
         metrics::gauge!("process_open_fds").set(fds.count() as f64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_numbers_from_proc_status() {
+        let status = "Name:\tclusternet\nVmRSS:\t   51200 kB\nRssAnon:\t   40960 kB\nThreads:\t3\n";
+        assert_eq!(proc_status_value(status, "VmRSS:"), Some(51200));
+        assert_eq!(proc_status_value(status, "RssAnon:"), Some(40960));
+        assert_eq!(proc_status_value(status, "Threads:"), Some(3));
+        assert_eq!(proc_status_value(status, "RssFile:"), None);
+        assert_eq!(proc_status_value("RssAnon:\tlots kB\n", "RssAnon:"), None);
     }
 }
