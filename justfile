@@ -69,14 +69,15 @@ demo-down DIR="/tmp/clusternet-demo":
 fuzz TARGET SECONDS="600":
     cargo +nightly fuzz run {{TARGET}} -- -max_total_time={{SECONDS}}
 
-# Benchmarks (release build); figures go to the README's Performance section. The environment's
-# API servers run without the tests' Go heap limit (GOMEMLIMIT=600MiB), which at 10,000 objects
-# made the parent's kube-apiserver spend most of its CPU in garbage collection
-bench:
-    CLUSTERNET_ENV_APISERVER_MEMLIMIT=${CLUSTERNET_ENV_APISERVER_MEMLIMIT:-off} cargo bench
+# Benchmarks of the release binary (CLUSTERNET_BIN: the harnesses start it); figures go to the
+# README's Performance section. The environment's API servers run without the tests' Go heap
+# limit (GOMEMLIMIT=600MiB), which at 10,000 objects made the parent's kube-apiserver spend most
+# of its CPU in garbage collection
+bench: build
+    CLUSTERNET_BIN=${CARGO_TARGET_DIR:-$PWD/target}/release/clusternet CLUSTERNET_ENV_APISERVER_MEMLIMIT=${CLUSTERNET_ENV_APISERVER_MEMLIMIT:-off} cargo bench
 
 # clusternet-rs side by side with the Go original (issue #13): GO_CLUSTERNET_BIN=DIR holding Go
 # Clusternet's clusternet-{scheduler,controller-manager,agent,hub} (README "Performance" says how
 # to build them); scheduling, backlog, registration and end to end; prints the ratio table
-bench-peer:
-    BENCH_PEER=1 CLUSTERNET_ENV_APISERVER_MEMLIMIT=${CLUSTERNET_ENV_APISERVER_MEMLIMIT:-off} cargo bench --bench peer
+bench-peer: build
+    BENCH_PEER=1 CLUSTERNET_BIN=${CARGO_TARGET_DIR:-$PWD/target}/release/clusternet CLUSTERNET_ENV_APISERVER_MEMLIMIT=${CLUSTERNET_ENV_APISERVER_MEMLIMIT:-off} cargo bench --bench peer

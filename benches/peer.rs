@@ -26,7 +26,8 @@
 //! `BENCH_PEER_ROUNDS` (2) rounds per workload and limit setting, each figure the median of the
 //! rounds. `BENCH_PEER_ONLY=scheduling|end-to-end|registration` runs one workload,
 //! `BENCH_PEER_LIMITS=default|lifted` one limit setting of the scheduling workload, and
-//! `BENCH_PEER_RUST_BIN` another build of ours (an earlier commit, to compare).
+//! `BENCH_PEER_RUST_BIN` another build of ours (an earlier commit, to compare; else
+//! `CLUSTERNET_BIN`, the release binary `just bench-peer` builds).
 //!
 //! The Go binaries come from `GO_CLUSTERNET_BIN` (a directory holding `clusternet-scheduler`):
 //! the Go module proxy does not serve the `github.com/clusternet/clusternet` module itself, so
@@ -139,6 +140,7 @@ fn spawn(system: System, role: &str, limits: Limits, go_bin: &Path, args: &[Stri
         System::Rust => {
             // BENCH_PEER_RUST_BIN: another build of ours (an earlier commit, to compare)
             let program = std::env::var("BENCH_PEER_RUST_BIN")
+                .or_else(|_| std::env::var("CLUSTERNET_BIN"))
                 .unwrap_or_else(|_| env!("CARGO_BIN_EXE_clusternet").to_string());
             let mut c = Command::new(program);
             c.env("RUST_LOG", "info").args([

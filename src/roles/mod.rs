@@ -25,6 +25,10 @@ pub enum RunError {
     Metrics(String),
     #[error("role {role} could not start: {message}")]
     RoleStart { role: Role, message: String },
+    /// Only in builds that unwind (tests, debug); the release profile aborts on a panic, as a Go
+    /// component crashes, and the kubelet restarts it.
+    #[error("a role stopped on a panic ({0}); stopping the process")]
+    RolePanicked(String),
     #[error("health/metrics listener on {addr}: {source}")]
     Health {
         addr: String,
@@ -85,6 +89,13 @@ pub async fn run(config: Config) -> Result<(), RunError> {
             done = roles.join_next() => match done {
                 Some(Ok(Err(e))) => {
                     failure = Some(e);
+                    shutdown.cancel();
+                    break;
+                }
+                // a process whose role died would keep running without it, its Lease held by
+                // nobody on this replica and its health still green: end it instead
+                Some(Err(e)) if e.is_panic() => {
+                    failure = Some(RunError::RolePanicked(e.to_string()));
                     shutdown.cancel();
                     break;
                 }

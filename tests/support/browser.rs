@@ -268,7 +268,7 @@ pub struct Dashboard {
 
 impl Dashboard {
     pub fn start(env: &TestEnv, args: &[&str]) -> Dashboard {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_clusternet"))
+        let mut child = Command::new(super::clusternet_bin())
             .arg("kubectl-clusternet")
             .arg(format!(
                 "--kubeconfig={}",

@@ -225,12 +225,18 @@ pub struct Launcher {
 
 static LAUNCHER: OnceLock<Launcher> = OnceLock::new();
 
+/// The binary under test; `CLUSTERNET_BIN` names another build to run instead (`just bench`: the
+/// release binary, while the bench harnesses are built with a lighter profile).
+pub fn clusternet_bin() -> String {
+    std::env::var("CLUSTERNET_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_clusternet").to_string())
+}
+
 impl Launcher {
-    /// The launcher in use (the binary under test unless [`Launcher::use_image`] was called).
+    /// The launcher in use ([`clusternet_bin`] unless [`Launcher::use_image`] was called).
     pub fn get() -> &'static Launcher {
         LAUNCHER.get_or_init(|| Launcher {
             head: Vec::new(),
-            tail: vec![env!("CARGO_BIN_EXE_clusternet").to_string()],
+            tail: vec![clusternet_bin()],
             image: false,
         })
     }
@@ -358,7 +364,7 @@ impl Clusternet {
                     "no network namespaces for processes in the image"
                 );
                 let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns, env!("CARGO_BIN_EXE_clusternet")])
+                c.args(["netns", "exec", ns, &clusternet_bin()])
                     .envs(envs.iter().copied());
                 c
             }
@@ -515,7 +521,7 @@ impl TestEnv {
     pub fn install_crds(&self) {
         static INSTALLED: OnceLock<()> = OnceLock::new();
         INSTALLED.get_or_init(|| {
-            let crds = Command::new(env!("CARGO_BIN_EXE_clusternet"))
+            let crds = Command::new(clusternet_bin())
                 .arg("crds")
                 .output()
                 .expect("clusternet crds");
@@ -1228,7 +1234,7 @@ impl TestEnv {
 
     pub fn plugin_with_stdin(&self, args: &[&str], stdin: Option<&str>) -> std::process::Output {
         use std::io::Write;
-        let mut child = Command::new(env!("CARGO_BIN_EXE_clusternet"))
+        let mut child = Command::new(clusternet_bin())
             .arg("kubectl-clusternet")
             .arg(format!(
                 "--kubeconfig={}",
