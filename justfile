@@ -2,6 +2,9 @@
 
 set shell := ["bash", "-euo", "pipefail", "-c"]
 
+# What `just build` produces (the benches run it)
+release_bin := env_var_or_default("CARGO_TARGET_DIR", justfile_directory() / "target") / "release/clusternet"
+
 # Release build of the clusternet binary
 build:
     cargo build --release
@@ -74,10 +77,10 @@ fuzz TARGET SECONDS="600":
 # limit (GOMEMLIMIT=600MiB), which at 10,000 objects made the parent's kube-apiserver spend most
 # of its CPU in garbage collection
 bench: build
-    CLUSTERNET_BIN=${CARGO_TARGET_DIR:-$PWD/target}/release/clusternet CLUSTERNET_ENV_APISERVER_MEMLIMIT=${CLUSTERNET_ENV_APISERVER_MEMLIMIT:-off} cargo bench
+    CLUSTERNET_BIN={{release_bin}} CLUSTERNET_ENV_APISERVER_MEMLIMIT=${CLUSTERNET_ENV_APISERVER_MEMLIMIT:-off} cargo bench
 
 # clusternet-rs side by side with the Go original (issue #13): GO_CLUSTERNET_BIN=DIR holding Go
 # Clusternet's clusternet-{scheduler,controller-manager,agent,hub} (README "Performance" says how
 # to build them); scheduling, backlog, registration and end to end; prints the ratio table
 bench-peer: build
-    BENCH_PEER=1 CLUSTERNET_BIN=${CARGO_TARGET_DIR:-$PWD/target}/release/clusternet CLUSTERNET_ENV_APISERVER_MEMLIMIT=${CLUSTERNET_ENV_APISERVER_MEMLIMIT:-off} cargo bench --bench peer
+    BENCH_PEER=1 CLUSTERNET_BIN={{release_bin}} CLUSTERNET_ENV_APISERVER_MEMLIMIT=${CLUSTERNET_ENV_APISERVER_MEMLIMIT:-off} cargo bench --bench peer

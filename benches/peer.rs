@@ -139,9 +139,8 @@ fn spawn(system: System, role: &str, limits: Limits, go_bin: &Path, args: &[Stri
         }
         System::Rust => {
             // BENCH_PEER_RUST_BIN: another build of ours (an earlier commit, to compare)
-            let program = std::env::var("BENCH_PEER_RUST_BIN")
-                .or_else(|_| std::env::var("CLUSTERNET_BIN"))
-                .unwrap_or_else(|_| env!("CARGO_BIN_EXE_clusternet").to_string());
+            let program =
+                std::env::var("BENCH_PEER_RUST_BIN").unwrap_or_else(|_| support::clusternet_bin());
             let mut c = Command::new(program);
             c.env("RUST_LOG", "info").args([
                 format!("--role={role}"),
