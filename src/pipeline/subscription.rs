@@ -14,7 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta};
 use kube::runtime::controller::Action;
-use kube::runtime::finalizer::{Event, finalizer};
+use kube::runtime::finalizer::{Error as FinalizerError, Event, finalizer};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
@@ -42,8 +42,16 @@ pub enum SubscriptionError {
         #[source]
         source: kube::Error,
     },
+    /// Not a failure: something it needs is not there yet (a FeedInventory), or its Bases are
+    /// still being deleted. Logged quietly until it lasts (see `runtime::controller`).
     #[error("Subscription {sub}: {message}")]
     Waiting { sub: String, message: String },
+    #[error("Subscription {sub}: encoding a Base: {source}")]
+    Encode {
+        sub: String,
+        #[source]
+        source: serde_json::Error,
+    },
     #[error("Subscription finalizer: {0}")]
     Finalizer(String),
 }
@@ -134,7 +142,11 @@ async fn reconcile(ctx: &Ctx, sub: Arc<Subscription>) -> Result<Action, Subscrip
         }
     })
     .await
-    .map_err(|e| SubscriptionError::Finalizer(e.to_string()))
+    .map_err(|e| match e {
+        // the reconciler's own error, as it is: a wait for the Bases stays a wait
+        FinalizerError::ApplyFailed(e) | FinalizerError::CleanupFailed(e) => e,
+        e => SubscriptionError::Finalizer(e.to_string()),
+    })
 }
 
 fn sub_labels(sub: &Subscription) -> BTreeMap<String, String> {
@@ -487,9 +499,9 @@ async fn apply_base(
     };
     let ns = desired.namespace().unwrap_or_default();
     let api: Api<Base> = Api::namespaced(ctx.rt.client.clone(), &ns);
-    let body = serde_json::to_value(&desired).map_err(|e| SubscriptionError::Waiting {
+    let body = serde_json::to_value(&desired).map_err(|source| SubscriptionError::Encode {
         sub: key(sub),
-        message: format!("encoding a Base: {e}"),
+        source,
     })?;
     let b = apply::apply(&api, FIELD_MANAGER, &desired.name_any(), &body)
         .await

@@ -14,6 +14,7 @@ use std::hash::Hash;
 use std::sync::{Arc, Mutex, RwLock};
 
 use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource};
@@ -25,6 +26,21 @@ use super::health::Readiness;
 
 /// How many changes a subscriber may lag behind before it is handed the whole store instead.
 const SUBSCRIBER_BUFFER: usize = 4096;
+
+/// What the cache drops from every object it holds: `managedFields` and kubectl's
+/// `last-applied-configuration` annotation (a copy of the whole object as the user last applied
+/// it) are often most of an object, and nothing here reads them from the cache. The cache is never
+/// written back whole (writes are server-side applies of our own fields, patches and status
+/// updates), so the server's copies stay as they are.
+fn slim(meta: &mut ObjectMeta) {
+    meta.managed_fields = None;
+    if let Some(a) = meta.annotations.as_mut() {
+        a.remove(crate::apis::known::KUBECTL_LAST_APPLIED_CONFIG_ANNOTATION);
+        if a.is_empty() {
+            meta.annotations = None;
+        }
+    }
+}
 
 /// How every watch of the process tries again after it failed: from 0.5 s, doubling, to 5 s
 /// (jitter adds up to as much again), back to 0.5 s after a minute without errors. kube's default,
@@ -125,7 +141,7 @@ where
         K::DynamicType: Default,
     {
         let mut obj = obj;
-        obj.meta_mut().managed_fields = None;
+        slim(obj.meta_mut());
         let Some(obj) = reflect(&self.writer, &self.store, watcher::Event::Apply(obj)) else {
             return;
         };
@@ -294,13 +310,7 @@ impl SharedCache {
         let api: Api<K> = Api::all(self.client.clone());
         let stream = watcher(api, config.any_semantic())
             .backoff(watch_backoff())
-            // managedFields are often the larger half of an object and nothing here reads them
-            // from the cache (an update that omits them leaves the server's untouched)
-            .map_ok(|ev| {
-                ev.modify(|o| {
-                    o.meta_mut().managed_fields = None;
-                })
-            });
+            .map_ok(|ev| ev.modify(|o| slim(o.meta_mut())));
         let sender = changes.clone();
         let watch_writer = writer.clone();
         let watch_store = store.clone();
@@ -690,6 +700,33 @@ mod tests {
                 .all(|d| *d >= std::time::Duration::from_secs(5)),
             "grown to the cap: {delays:?}"
         );
+    }
+
+    #[test]
+    fn the_cache_keeps_neither_managed_fields_nor_kubectls_copy_of_the_object() {
+        let ann = |pairs: &[(&str, &str)]| {
+            Some(
+                pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            )
+        };
+        let last = crate::apis::known::KUBECTL_LAST_APPLIED_CONFIG_ANNOTATION;
+        let mut meta = ObjectMeta {
+            managed_fields: Some(vec![Default::default()]),
+            annotations: ann(&[(last, "{\"big\":true}"), ("team", "a")]),
+            ..Default::default()
+        };
+        slim(&mut meta);
+        assert_eq!(meta.managed_fields, None);
+        assert_eq!(meta.annotations, ann(&[("team", "a")]));
+        let mut only_kubectls = ObjectMeta {
+            annotations: ann(&[(last, "{}")]),
+            ..Default::default()
+        };
+        slim(&mut only_kubectls);
+        assert_eq!(only_kubectls.annotations, None);
     }
 
     fn cm(name: &str, rv: &str) -> ConfigMap {

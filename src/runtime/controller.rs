@@ -323,15 +323,20 @@ pub async fn run_with<K, R, Fut, E, S>(
             },
             move |obj, err: &E, _ctx| {
                 let (wait, failures) = on_error.failed(&object_key(obj.as_ref()));
+                let reason = metric_label(err);
                 // a first failure is most often a race with another writer (a finalizer patch
                 // whose precondition a status write just broke) that its retry 5 ms later
                 // resolves; say it loudly only when it fails again, and then at 2, 4, 8, ...
-                if failures >= 2 && failures.is_power_of_two() {
+                // An error variant named `Waiting` is a wait, not a failure (a Subscription's
+                // Bases being deleted): loudly only once it lasts, from the 16th retry (about
+                // 3 minutes of them: a child that does not let go of its objects).
+                let loud_from = if reason == "waiting" { 16 } else { 2 };
+                if failures >= loud_from && failures.is_power_of_two() {
                     warn!(controller = name, object = %object_key(obj.as_ref()), error = %err, failures, retry_in = ?wait, "reconcile failed; retrying");
                 } else {
                     debug!(controller = name, object = %object_key(obj.as_ref()), error = %err, failures, retry_in = ?wait, "reconcile failed; retrying");
                 }
-                metrics::counter!("clusternet_controller_reconcile_errors_total", "controller" => name, "reason" => metric_label(err)).increment(1);
+                metrics::counter!("clusternet_controller_reconcile_errors_total", "controller" => name, "reason" => reason).increment(1);
                 metrics::counter!("controller_runtime_reconcile_errors_total", "controller" => name).increment(1);
                 on_error_queue.retries.increment(1);
                 Action::requeue(wait)

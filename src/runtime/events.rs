@@ -82,37 +82,54 @@ struct Waiting {
     note: String,
 }
 
-/// Notes seen of one reason about one object lately.
+/// Notes seen of one reason about one object lately (their fingerprints: at most
+/// [`MAX_SIMILAR`]).
 struct Similar {
-    notes: std::collections::HashSet<String>,
+    notes: Vec<u64>,
     last: Instant,
 }
 
-/// An event as written: its name and namespace, how often it was seen, when last.
+/// An event as written: its name (its namespace is its object's), how often it was seen, when
+/// last.
 struct Written {
-    name: String,
-    namespace: String,
+    name: Box<str>,
     count: i32,
     at: Instant,
 }
 
-/// The event an occurrence continues: its name, namespace and count so far.
-type Earlier = (String, String, i32);
+/// The event an occurrence continues: its name and count so far.
+type Earlier = (String, i32);
 
+/// The recorder's memory of what it wrote is kept by [`Table::fingerprint`] rather than by
+/// [`Key`]: a burst leaves thousands of series behind for [`SERIES_TTL`], and a key's seven
+/// strings per series were most of what a burst of 1,000 Subscriptions left in memory (about a
+/// kilobyte each, with the similar-notes entry). Two keys share a 64-bit fingerprint with odds of
+/// about 1 in 10^12 at 10,000 series; such a pair would only count into one series.
 #[derive(Default)]
 struct Table {
     /// Pending events, in the order they first came.
     order: VecDeque<Key>,
     waiting: HashMap<Key, Waiting>,
-    written: HashMap<Key, Written>,
+    written: HashMap<u64, Written>,
     /// Being written now: a repeat waits until that write is done, so it continues its series.
     in_flight: std::collections::HashSet<Key>,
     /// (object, type, reason) -> its notes seen within [`SIMILAR_WINDOW`].
-    similar: HashMap<Key, Similar>,
+    similar: HashMap<u64, Similar>,
     last_gc: Option<Instant>,
+    hasher: std::hash::RandomState,
 }
 
 impl Table {
+    fn fingerprint(&self, key: &impl std::hash::Hash) -> u64 {
+        std::hash::BuildHasher::hash_one(&self.hasher, key)
+    }
+
+    /// Remembers that `key` was written as `written`.
+    fn wrote(&mut self, key: &Key, written: Written) {
+        let fp = self.fingerprint(key);
+        self.written.insert(fp, written);
+    }
+
     /// Adds one occurrence; false when it had to be dropped.
     fn add(&mut self, key: Key, reference: ObjectReference) -> bool {
         let (key, note) = self.fold_similar(key, Instant::now());
@@ -143,16 +160,19 @@ impl Table {
             note: String::new(),
             ..key.clone()
         };
-        let similar = self.similar.entry(group.clone()).or_insert(Similar {
-            notes: Default::default(),
+        let (group_fp, note_fp) = (self.fingerprint(&group), self.fingerprint(&key.note));
+        let similar = self.similar.entry(group_fp).or_insert(Similar {
+            notes: Vec::new(),
             last: now,
         });
         if now.duration_since(similar.last) > SIMILAR_WINDOW {
             similar.notes.clear();
         }
         similar.last = now;
-        if similar.notes.contains(&key.note) || similar.notes.len() < MAX_SIMILAR {
-            similar.notes.insert(key.note.clone());
+        if similar.notes.contains(&note_fp) || similar.notes.len() < MAX_SIMILAR {
+            if !similar.notes.contains(&note_fp) {
+                similar.notes.push(note_fp);
+            }
             let note = key.note.clone();
             return (key, note);
         }
@@ -187,9 +207,9 @@ impl Table {
         self.in_flight.insert(key.clone());
         let earlier = self
             .written
-            .get(&key)
+            .get(&self.fingerprint(&key))
             .filter(|w| now.duration_since(w.at) < SERIES_TTL)
-            .map(|w| (w.name.clone(), w.namespace.clone(), w.count));
+            .map(|w| (w.name.to_string(), w.count));
         Some((key, waiting, earlier))
     }
 }
@@ -287,7 +307,8 @@ async fn write(
     waiting: &Waiting,
     earlier: Option<Earlier>,
 ) -> Result<Written, kube::Error> {
-    if let Some((name, namespace, count)) = earlier {
+    let namespace = event_namespace(&waiting.reference);
+    if let Some((name, count)) = earlier {
         let count = count.saturating_add(waiting.count);
         let api: Api<K8sEvent> = Api::namespaced(client.clone(), &namespace);
         let patch = serde_json::json!({"series": {
@@ -298,8 +319,7 @@ async fn write(
         {
             Ok(_) => {
                 return Ok(Written {
-                    name,
-                    namespace,
+                    name: name.into(),
                     count,
                     at: Instant::now(),
                 });
@@ -316,12 +336,10 @@ async fn write(
         &waiting.reference,
         waiting.count,
     );
-    let namespace = event_namespace(&waiting.reference);
     let api: Api<K8sEvent> = Api::namespaced(client.clone(), &namespace);
     let created = api.create(&PostParams::default(), &event).await?;
     Ok(Written {
-        name: created.metadata.name.unwrap_or_default(),
-        namespace,
+        name: created.metadata.name.unwrap_or_default().into(),
         count: waiting.count.max(1),
         at: Instant::now(),
     })
@@ -355,9 +373,7 @@ impl Events {
                     let mut t = lock(&table);
                     t.in_flight.remove(&key);
                     match written {
-                        Ok(w) => {
-                            t.written.insert(key, w);
-                        }
+                        Ok(w) => t.wrote(&key, w),
                         Err(e) => {
                             debug!(error = %e, reason = %key.reason, "could not record an event")
                         }
@@ -451,18 +467,17 @@ mod tests {
         assert!(t.take(now).is_none(), "the repeat waits");
         // written: the repeat continues its series
         t.in_flight.remove(&k);
-        t.written.insert(
-            k.clone(),
+        t.wrote(
+            &k,
             Written {
                 name: "a.1".into(),
-                namespace: "default".into(),
                 count: 5,
                 at: now,
             },
         );
         let (_, w, earlier) = t.take(now).expect("the repeat");
         assert_eq!(w.count, 1);
-        assert_eq!(earlier, Some(("a.1".into(), "default".into(), 5)));
+        assert_eq!(earlier, Some(("a.1".into(), 5)));
         assert!(t.take(now).is_none());
         // past the series' time an event starts anew
         t.in_flight.clear();
