@@ -179,19 +179,20 @@ fn candidates<'a>(
     sub: &Subscription,
     sorted: &[(String, &'a ManagedCluster)],
 ) -> Result<Vec<(String, &'a ManagedCluster)>, ScheduleError> {
-    let mut seen = BTreeSet::new();
+    // by position in `sorted` (whose keys are unique), not a set of names
+    let mut seen = vec![false; sorted.len()];
     let mut out = Vec::new();
     for (index, subscriber) in sub.spec.subscribers.iter().enumerate() {
         let selector = Selector::from_label_selector(&subscriber.cluster_affinity)
             .map_err(|source| ScheduleError::InvalidClusterAffinity { index, source })?;
-        for (key, cluster) in sorted {
+        for ((key, cluster), seen) in sorted.iter().zip(seen.iter_mut()) {
             if cluster.metadata.deletion_timestamp.is_some()
-                || seen.contains(key)
+                || *seen
                 || !selector.matches(labels_of(cluster))
             {
                 continue;
             }
-            seen.insert(key.clone());
+            *seen = true;
             out.push((key.clone(), *cluster));
         }
     }

@@ -561,7 +561,7 @@ async fn decide<'a>(
         events.warn(sub.as_ref(), "FailoverSuppressed", why);
     }
     let all = candidates(all, failover);
-    let state = CycleState::new();
+    let state = CycleState::sampled();
     let dynamic = is_dynamic(sub);
     if dynamic {
         take_reservations(reservations, subs, &all, input.inventory.as_ref(), &state);

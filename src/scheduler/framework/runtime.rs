@@ -4,8 +4,8 @@
 //! The algorithm ([`crate::scheduler::algorithm`]) drives the scheduling cycle through the
 //! crate-internal `run_*` functions; the I/O shell drives the binding cycle through the public
 //! ones (reserve, permit, pre-bind, bind, post-bind). Every run records
-//! `clusternet_scheduler_framework_extension_point_duration_seconds` and every plugin call
-//! `clusternet_scheduler_plugin_execution_duration_seconds`.
+//! `clusternet_scheduler_framework_extension_point_duration_seconds`, and every plugin call of a
+//! sampled cycle ([`CycleState::sampled`]) `clusternet_scheduler_plugin_execution_duration_seconds`.
 
 /// What every predict plugin said about one cluster.
 type PredictOutcomes = Vec<(String, Result<FeedReplicas, Status>)>;
@@ -316,6 +316,7 @@ impl Framework {
     /// the point and names its plugin.
     async fn run_all_pass<'p, P: Plugin + ?Sized, F>(
         &self,
+        state: &CycleState,
         point: ExtensionPoint,
         plugins: &'p [Arc<P>],
         call: impl FnMut(&'p P) -> F,
@@ -324,6 +325,7 @@ impl Framework {
         F: Future<Output = Result<(), Status>>,
     {
         let all = run_plugins(
+            state,
             point,
             plugins,
             Ok(()),
@@ -343,6 +345,7 @@ impl Framework {
     /// (assign, bind); if none decides, the failure has no plugin and the last `Skip` status.
     async fn run_first_decisive<'p, P: Plugin + ?Sized, T, F>(
         &self,
+        state: &CycleState,
         point: ExtensionPoint,
         plugins: &'p [Arc<P>],
         no_plugin: Status,
@@ -357,6 +360,7 @@ impl Framework {
             status: no_plugin,
         });
         let first = run_plugins(
+            state,
             point,
             plugins,
             skipped,
@@ -391,7 +395,7 @@ impl Framework {
         sub: &Subscription,
     ) -> Result<(), PluginFailure> {
         sync(
-            self.run_all_pass(ExtensionPoint::PreFilter, &self.pre_filter, |pl| {
+            self.run_all_pass(state, ExtensionPoint::PreFilter, &self.pre_filter, |pl| {
                 ready(pl.pre_filter(state, sub))
             }),
         )
@@ -407,6 +411,7 @@ impl Framework {
     ) -> Result<Result<(), PluginFailure>, PluginFailure> {
         // The point is timed across all clusters by the caller ([`Self::observe_filter`]).
         sync(run_plugins(
+            state,
             ExtensionPoint::Filter,
             &self.filter,
             Ok(Ok(())),
@@ -438,7 +443,7 @@ impl Framework {
         clusters: &[&ManagedCluster],
     ) -> Result<(), PluginFailure> {
         sync(
-            self.run_all_pass(ExtensionPoint::PrePredict, &self.pre_predict, |pl| {
+            self.run_all_pass(state, ExtensionPoint::PrePredict, &self.pre_predict, |pl| {
                 ready(pl.pre_predict(state, sub, inventory, clusters))
             }),
         )
@@ -515,6 +520,7 @@ impl Framework {
         cluster: &ManagedCluster,
     ) -> Vec<(String, Result<FeedReplicas, Status>)> {
         run_plugins(
+            state,
             ExtensionPoint::Predict,
             &self.predict,
             Vec::with_capacity(self.predict.len()),
@@ -534,7 +540,7 @@ impl Framework {
         clusters: &[&ManagedCluster],
     ) -> Result<(), PluginFailure> {
         sync(
-            self.run_all_pass(ExtensionPoint::PreScore, &self.pre_score, |pl| {
+            self.run_all_pass(state, ExtensionPoint::PreScore, &self.pre_score, |pl| {
                 ready(pl.pre_score(state, sub, clusters))
             }),
         )
@@ -567,7 +573,7 @@ impl Framework {
         for (pl, weight) in &self.score {
             let mut scores = Vec::with_capacity(clusters.len());
             for (cluster, key) in clusters.iter().zip(keys) {
-                let score = timed(pl.name(), ExtensionPoint::Score, || {
+                let score = timed(state, pl.name(), ExtensionPoint::Score, || {
                     pl.score(state, sub, cluster)
                 })
                 .map_err(|s| PluginFailure::new(ExtensionPoint::Score, pl.name(), s))?;
@@ -577,9 +583,12 @@ impl Framework {
                     max_available_replicas: Vec::new(),
                 });
             }
-            timed(pl.name(), ExtensionPoint::ScoreExtensionNormalize, || {
-                pl.normalize_scores(state, sub, &mut scores)
-            })
+            timed(
+                state,
+                pl.name(),
+                ExtensionPoint::ScoreExtensionNormalize,
+                || pl.normalize_scores(state, sub, &mut scores),
+            )
             .map_err(|s| {
                 PluginFailure::new(ExtensionPoint::ScoreExtensionNormalize, pl.name(), s)
             })?;
@@ -612,7 +621,7 @@ impl Framework {
         clusters: &[&ManagedCluster],
     ) -> Result<(), PluginFailure> {
         sync(
-            self.run_all_pass(ExtensionPoint::PreAssign, &self.pre_assign, |pl| {
+            self.run_all_pass(state, ExtensionPoint::PreAssign, &self.pre_assign, |pl| {
                 ready(pl.pre_assign(state, sub, inventory, available, clusters))
             }),
         )
@@ -629,6 +638,7 @@ impl Framework {
         clusters: &[&ManagedCluster],
     ) -> Result<TargetClusters, PluginFailure> {
         sync(self.run_first_decisive(
+            state,
             ExtensionPoint::Assign,
             &self.assign,
             Status::skip("empty assign plugins"),
@@ -646,7 +656,7 @@ impl Framework {
         target: &TargetClusters,
     ) -> Result<(), PluginFailure> {
         sync(
-            self.run_all_pass(ExtensionPoint::Reserve, &self.reserve, |pl| {
+            self.run_all_pass(state, ExtensionPoint::Reserve, &self.reserve, |pl| {
                 ready(pl.reserve(state, sub, target))
             }),
         )
@@ -655,6 +665,7 @@ impl Framework {
     /// Unreserve plugins, in reverse order (kube-scheduler's order).
     pub fn run_unreserve(&self, state: &CycleState, sub: &Subscription, target: &TargetClusters) {
         let all = run_plugins(
+            state,
             ExtensionPoint::Unreserve,
             self.reserve.iter().rev(),
             (),
@@ -676,6 +687,7 @@ impl Framework {
         target: &TargetClusters,
     ) -> Result<PermitOutcome, PluginFailure> {
         let all = run_plugins(
+            state,
             ExtensionPoint::Permit,
             &self.permit,
             Ok(PermitOutcome::Allow),
@@ -721,7 +733,7 @@ impl Framework {
         sub: &Subscription,
         target: &TargetClusters,
     ) -> Result<(), PluginFailure> {
-        self.run_all_pass(ExtensionPoint::PreBind, &self.pre_bind, |pl| {
+        self.run_all_pass(state, ExtensionPoint::PreBind, &self.pre_bind, |pl| {
             pl.pre_bind(state, sub, target)
         })
         .await
@@ -735,9 +747,13 @@ impl Framework {
         sub: &Subscription,
         target: &TargetClusters,
     ) -> Result<BindOutcome, PluginFailure> {
-        self.run_first_decisive(ExtensionPoint::Bind, &self.bind, Status::skip(""), |pl| {
-            pl.bind(state, sub, target)
-        })
+        self.run_first_decisive(
+            state,
+            ExtensionPoint::Bind,
+            &self.bind,
+            Status::skip(""),
+            |pl| pl.bind(state, sub, target),
+        )
         .await
     }
 
@@ -749,6 +765,7 @@ impl Framework {
         target: &TargetClusters,
     ) {
         let all = run_plugins(
+            state,
             ExtensionPoint::PostBind,
             &self.post_bind,
             (),
@@ -764,6 +781,7 @@ impl Framework {
 /// into the point's result and say whether the next plugin runs. Every extension point goes
 /// through here; synchronous plugins are called through an already-ready future.
 async fn run_plugins<'p, P, T, R, F>(
+    state: &CycleState,
     point: ExtensionPoint,
     plugins: impl IntoIterator<Item = &'p Arc<P>>,
     mut result: R,
@@ -774,10 +792,13 @@ where
     P: Plugin + ?Sized,
     F: Future<Output = Result<T, Status>>,
 {
+    let record = state.records_plugin_metrics();
     for pl in plugins {
-        let start = Instant::now();
+        let start = record.then(Instant::now);
         let outcome = call(pl).await;
-        observe_plugin(pl.name(), point, code_of(&outcome), start);
+        if let Some(start) = start {
+            observe_plugin(pl.name(), point, code_of(&outcome), start);
+        }
         if decide(&mut result, pl, outcome).is_break() {
             break;
         }
@@ -826,10 +847,14 @@ fn observe_plugin(plugin: &str, point: ExtensionPoint, code: Code, start: Instan
 }
 
 fn timed<T>(
+    state: &CycleState,
     plugin: &str,
     point: ExtensionPoint,
     f: impl FnOnce() -> Result<T, Status>,
 ) -> Result<T, Status> {
+    if !state.records_plugin_metrics() {
+        return f();
+    }
     let start = Instant::now();
     let result = f();
     observe_plugin(plugin, point, code_of(&result), start);
