@@ -169,8 +169,9 @@ impl Table {
             similar.notes.clear();
         }
         similar.last = now;
-        if similar.notes.contains(&note_fp) || similar.notes.len() < MAX_SIMILAR {
-            if !similar.notes.contains(&note_fp) {
+        let seen = similar.notes.contains(&note_fp);
+        if seen || similar.notes.len() < MAX_SIMILAR {
+            if !seen {
                 similar.notes.push(note_fp);
             }
             let note = key.note.clone();

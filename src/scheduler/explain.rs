@@ -348,7 +348,8 @@ impl Recorder<'_> {
         e.binding_clusters = binding_clusters.to_vec();
         e.replicas = replicas.clone();
         // by name, not by a search of the binding per cluster (quadratic: at 1,000 clusters it
-        // was a third of an explained cycle)
+        // was a third of an explained cycle); reversed so that a cluster bound twice keeps its
+        // first position, as the search did
         let index: std::collections::HashMap<&str, usize> = binding_clusters
             .iter()
             .enumerate()

@@ -792,13 +792,10 @@ where
     P: Plugin + ?Sized,
     F: Future<Output = Result<T, Status>>,
 {
-    let record = state.records_plugin_metrics();
     for pl in plugins {
-        let start = record.then(Instant::now);
+        let start = plugin_timer(state);
         let outcome = call(pl).await;
-        if let Some(start) = start {
-            observe_plugin(pl.name(), point, code_of(&outcome), start);
-        }
+        observe_plugin(pl.name(), point, code_of(&outcome), start);
         if decide(&mut result, pl, outcome).is_break() {
             break;
         }
@@ -836,7 +833,14 @@ impl AsCode for PluginFailure {
     }
 }
 
-fn observe_plugin(plugin: &str, point: ExtensionPoint, code: Code, start: Instant) {
+/// When a plugin call of this cycle starts, if the cycle times its plugin calls
+/// ([`CycleState::sampled`]); [`observe_plugin`] records nothing without it.
+fn plugin_timer(state: &CycleState) -> Option<Instant> {
+    state.records_plugin_metrics().then(Instant::now)
+}
+
+fn observe_plugin(plugin: &str, point: ExtensionPoint, code: Code, start: Option<Instant>) {
+    let Some(start) = start else { return };
     metrics::histogram!(
         "clusternet_scheduler_plugin_execution_duration_seconds",
         "plugin" => plugin.to_owned(),
@@ -852,10 +856,7 @@ fn timed<T>(
     point: ExtensionPoint,
     f: impl FnOnce() -> Result<T, Status>,
 ) -> Result<T, Status> {
-    if !state.records_plugin_metrics() {
-        return f();
-    }
-    let start = Instant::now();
+    let start = plugin_timer(state);
     let result = f();
     observe_plugin(plugin, point, code_of(&result), start);
     result
