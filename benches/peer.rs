@@ -849,6 +849,26 @@ fn report(limits: Limits, n: usize, go: &[Run], rust: &[Run]) {
             of(rust, &tput),
             false,
         );
+        // what bounds the rate from outside: the server acknowledging the burst's creations (the
+        // same harness work for both, slowed by what the scheduler costs the server meanwhile)
+        let created = |r: &Run| pick(r).created_in.as_secs_f64();
+        row(
+            l,
+            &format!("{what}: the {n} creations acknowledged in"),
+            "s",
+            of(go, &created),
+            of(rust, &created),
+            true,
+        );
+        let tail = |r: &Run| pick(r).after_last_create.as_secs_f64();
+        row(
+            l,
+            &format!("{what}: last creation acknowledged -> last binding"),
+            "s",
+            of(go, &tail),
+            of(rust, &tail),
+            true,
+        );
     }
     let cpu = format!("scheduler CPU for {} bindings", 3 * n);
     rows(

@@ -86,6 +86,11 @@ pub struct RunFlags {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kube_api_burst: Option<u32>,
+    /// Speak HTTP/2 to the Kubernetes API server when it offers it (one multiplexed connection,
+    /// as client-go); false keeps HTTP/1.1 (a connection per request in flight)
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kube_api_http2: Option<bool>,
     /// Feature gates, e.g. SocketConnection=true,Deployer=true
     #[arg(long, value_name = "GATES")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -246,6 +251,11 @@ pub struct RunFlags {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub drift_resync: Option<String>,
+    /// Scheduler: write `status.lastDecision` (why each cluster was bound or left out) with every
+    /// binding; false binds as upstream does, without it (fewer bytes per write at the server)
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub record_scheduling_decisions: Option<bool>,
     /// Scheduler: how long a bound cluster may be not ready before its Subscriptions fail over
     /// (gate FailOver; a Subscription's tolerationSeconds overrides it), e.g. 60s
     #[arg(long)]

@@ -93,6 +93,8 @@ pub struct Config {
     pub kubeconfig: Option<String>,
     pub kube_api_qps: f32,
     pub kube_api_burst: u32,
+    /// HTTP/2 to the process's own API server when offered (`--kube-api-http2`, default true).
+    pub kube_api_http2: bool,
     /// Gate name -> enabled, after defaults and `--feature-gates` are merged.
     pub feature_gates: BTreeMap<String, bool>,
 
@@ -160,6 +162,8 @@ pub struct Config {
     /// `clusters.clusternet.io/unschedulable` taint overrides it).
     #[serde(with = "go_duration")]
     pub cluster_failover_grace: Duration,
+    /// Scheduler: write `status.lastDecision` with every binding (`--record-scheduling-decisions`).
+    pub record_scheduling_decisions: bool,
     /// Scheduler: how long a failed-over cluster must have been Ready before it gets its share
     /// back; also the least time between two fail-backs of one cluster (hysteresis).
     #[serde(with = "go_duration")]
@@ -202,6 +206,7 @@ impl Default for Config {
             kubeconfig: None,
             kube_api_qps: 100.0,
             kube_api_burst: 200,
+            kube_api_http2: true,
             feature_gates: BTreeMap::new(),
             leader_elect: true,
             leader_elect_lease_duration: Duration::from_secs(15),
@@ -242,6 +247,7 @@ impl Default for Config {
             cluster_recovery_grace: Duration::from_secs(60),
             drift_resync: Duration::from_secs(600),
             cluster_failover_grace: Duration::from_secs(60),
+            record_scheduling_decisions: true,
             cluster_failback_stable: Duration::from_secs(300),
             failback_max_surge: "25%".into(),
             helm_binary: "helm".into(),

@@ -9,7 +9,7 @@ use clusternet::apis::{ManagedCluster, Manifest, Subscription};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use support::{Cluster, TestEnv, TestNamespace, register, uid, wait_for};
+use support::{Cluster, Clusternet, TestEnv, TestNamespace, register, uid, wait_for};
 
 fn manifest(name: &str, ns: &str, replicas: i32, cpu: &str) -> Manifest {
     serde_json::from_value(json!({
@@ -108,6 +108,65 @@ async fn replication_binds_every_match_and_drops_a_cluster_whose_labels_stop_mat
         .await
         .expect("relabelling a cluster");
     wait_binding(&api, "rep", &clusters, &[names[0], names[2]]).await;
+}
+
+#[tokio::test]
+async fn a_scheduler_told_not_to_record_decisions_binds_without_last_decision() {
+    let env = TestEnv::get();
+    env.with_controller();
+    let parent = env.parent().await;
+    let id = uid();
+    let clusters = register(env, &id, &[1], "Pull", &[]).await;
+    let ns = TestNamespace::create(&parent, &env.parent_kubeconfig(), "norecord").await;
+    // a scheduler of its own, for Subscriptions naming its profile only (the shared one, which
+    // records, has no such profile and leaves them alone)
+    let dir = tempfile::tempdir().expect("temp dir");
+    let profile = format!("norecord-{id}");
+    let config = dir.path().join("scheduler.yaml");
+    std::fs::write(&config, format!("profiles:\n- schedulerName: {profile}\n"))
+        .expect("writing the scheduler config");
+    let _scheduler = Clusternet::start(
+        "scheduler-norecord",
+        &[
+            "--role=scheduler",
+            &format!("--kubeconfig={}", env.parent_kubeconfig().display()),
+            &format!("--scheduler-config={}", config.display()),
+            "--leader-elect=false",
+            "--record-scheduling-decisions=false",
+        ],
+    );
+    let feeds =
+        json!([{"apiVersion": "v1", "kind": "ConfigMap", "namespace": ns.name, "name": "nothing"}]);
+    let subscribers = json!([{"clusterAffinity": {"matchLabels": {"e2e": id}}}]);
+    let plain = subscription(
+        &parent,
+        &ns.name,
+        "plain",
+        json!({
+        "schedulerName": profile, "subscribers": subscribers, "feeds": feeds}),
+    )
+    .await;
+    let recorded = subscription(
+        &parent,
+        &ns.name,
+        "recorded",
+        json!({
+        "subscribers": subscribers, "feeds": feeds}),
+    )
+    .await;
+    let name = [clusters[0].name.as_str()];
+    let s = wait_binding(&plain, "plain", &clusters, &name).await;
+    let status = s.status.unwrap_or_default();
+    assert!(status.last_decision.is_none(), "{:?}", status.last_decision);
+    assert_eq!(status.desired_releases, 1);
+    // the same Subscription bound by the default (recording) scheduler says why
+    let s = wait_binding(&recorded, "recorded", &clusters, &name).await;
+    let decided = s
+        .status
+        .unwrap_or_default()
+        .last_decision
+        .expect("a decision record");
+    assert_eq!(decided.selected.len(), 1, "{decided:?}");
 }
 
 #[tokio::test]

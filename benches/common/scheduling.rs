@@ -16,11 +16,15 @@ use serde_json::json;
 use crate::support::percentile;
 
 /// How a burst went: Subscriptions bound to every cluster, per second of the whole burst, and
-/// creation -> binding latencies (ascending).
+/// creation -> binding latencies (ascending); and what bounds the rate from outside the scheduler:
+/// how long the API server took to acknowledge the burst's creations, and how long after the last
+/// acknowledgement the last binding was seen (the scheduler's own tail).
 pub struct Figures {
     pub bound: usize,
     pub per_second: f64,
     pub latencies: Vec<Duration>,
+    pub created_in: Duration,
+    pub after_last_create: Duration,
 }
 
 impl Figures {
@@ -280,6 +284,9 @@ pub async fn burst(
                 .collect()
         }
     };
+    let created_in = start.elapsed();
+    let last_created = created.values().max().copied().unwrap_or(start);
+    let mut last_bound = last_created;
     let mut bound: BTreeMap<String, Duration> = BTreeMap::new();
     let deadline = tokio::time::Instant::now() + limit;
     while bound.len() < n {
@@ -287,6 +294,7 @@ pub async fn burst(
             break;
         };
         if let Some(t) = created.get(&name) {
+            last_bound = last_bound.max(at);
             bound
                 .entry(name)
                 .or_insert_with(|| at.saturating_duration_since(*t));
@@ -300,6 +308,8 @@ pub async fn burst(
         bound: bound.len(),
         per_second: bound.len() as f64 / total.as_secs_f64(),
         latencies,
+        created_in,
+        after_last_create: last_bound.saturating_duration_since(last_created),
     }
 }
 

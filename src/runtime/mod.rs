@@ -16,6 +16,7 @@ pub mod memory;
 pub mod ratelimit;
 pub mod serving;
 pub mod telemetry;
+pub mod transport;
 
 use tokio_util::sync::CancellationToken;
 
@@ -65,13 +66,15 @@ pub async fn client_for(config: &Config) -> Result<(kube::Client, String), Clien
         .authority()
         .map(|a| a.to_string())
         .unwrap_or_default();
-    let client = kube::client::ClientBuilder::try_from(kcfg)?
-        .with_layer(&ratelimit::RateLimitLayer::new(
-            config.kube_api_qps,
-            config.kube_api_burst,
-        ))
-        .with_layer(&clientmetrics::RequestMetricsLayer::new(host))
-        .build();
+    let limit = ratelimit::RateLimitLayer::new(config.kube_api_qps, config.kube_api_burst);
+    let measure = clientmetrics::RequestMetricsLayer::new(host);
+    let client = match transport::client_builder(&kcfg, config.kube_api_http2)? {
+        Some(builder) => builder.with_layer(&limit).with_layer(&measure).build(),
+        None => kube::client::ClientBuilder::try_from(kcfg)?
+            .with_layer(&limit)
+            .with_layer(&measure)
+            .build(),
+    };
     Ok((client, url))
 }
 

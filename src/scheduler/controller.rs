@@ -1088,6 +1088,11 @@ impl AsyncBinder {
         let ns = b.sub.namespace().unwrap_or_default();
         let name = b.sub.name_any();
         let fwk = self.profiles.for_subscription(&b.sub);
+        if !self.rt.config.record_scheduling_decisions {
+            // off: no record, and none left behind from when it was on
+            b.record = None;
+            b.status.last_decision = None;
+        }
         if let (Some(record), Some(fwk)) = (b.record.take(), fwk) {
             record.explain(fwk, &b.sub, &mut b.status).await;
         }
