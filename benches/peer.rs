@@ -780,6 +780,9 @@ fn row(limits: &str, figure: &str, unit: &str, go: f64, rust: f64, lower_is_bett
     println!("| {limits} | {figure} | {go:.3} {unit} | {rust:.3} {unit} | {ratio:.2}x |");
 }
 
+/// One figure of a burst, read from its [`Figures`].
+type BurstFigure = fn(&Figures) -> f64;
+
 fn report(limits: Limits, n: usize, go: &[Run], rust: &[Run]) {
     let of = |runs: &[Run], f: &dyn Fn(&Run) -> f64| median(runs.iter().map(f).collect());
     let l = limits_key(limits);
@@ -840,35 +843,35 @@ fn report(limits: Limits, n: usize, go: &[Run], rust: &[Run]) {
                 true,
             );
         }
-        let tput = |r: &Run| pick(r).per_second;
-        row(
-            l,
-            &format!("{what}: bindings/s"),
-            "/s",
-            of(go, &tput),
-            of(rust, &tput),
-            false,
-        );
-        // what bounds the rate from outside: the server acknowledging the burst's creations (the
-        // same harness work for both, slowed by what the scheduler costs the server meanwhile)
-        let created = |r: &Run| pick(r).created_in.as_secs_f64();
-        row(
-            l,
-            &format!("{what}: the {n} creations acknowledged in"),
-            "s",
-            of(go, &created),
-            of(rust, &created),
-            true,
-        );
-        let tail = |r: &Run| pick(r).after_last_create.as_secs_f64();
-        row(
-            l,
-            &format!("{what}: last creation acknowledged -> last binding"),
-            "s",
-            of(go, &tail),
-            of(rust, &tail),
-            true,
-        );
+        // the rate, and what bounds it from outside the scheduler: the server acknowledging the
+        // burst's creations (the same harness work for both, slowed by what the scheduler costs
+        // the server meanwhile) and the scheduler's own tail after the last one
+        let figures: [(String, &str, BurstFigure, bool); 3] = [
+            ("bindings/s".into(), "/s", |f| f.per_second, false),
+            (
+                format!("the {n} creations acknowledged in"),
+                "s",
+                |f| f.created_in.as_secs_f64(),
+                true,
+            ),
+            (
+                "last creation acknowledged -> last binding".into(),
+                "s",
+                |f| f.after_last_create.as_secs_f64(),
+                true,
+            ),
+        ];
+        for (name, unit, figure, lower_is_better) in figures {
+            let value = |r: &Run| figure(pick(r));
+            row(
+                l,
+                &format!("{what}: {name}"),
+                unit,
+                of(go, &value),
+                of(rust, &value),
+                lower_is_better,
+            );
+        }
     }
     let cpu = format!("scheduler CPU for {} bindings", 3 * n);
     rows(
