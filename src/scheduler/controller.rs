@@ -300,6 +300,7 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
             clusters: &caches.clusters.store,
             inventories: &caches.inventories.store,
             events: &events,
+            record_decisions: rt.config.record_scheduling_decisions,
         };
         let result = schedule_one(
             &reads,
@@ -351,6 +352,8 @@ struct Reads<'a> {
     clusters: &'a Store<ManagedCluster>,
     inventories: &'a Store<FeedInventory>,
     events: &'a Events,
+    /// `--record-scheduling-decisions`: whether a binding carries `status.lastDecision`.
+    record_decisions: bool,
 }
 
 /// The failover settings and what failover remembers, when failover is on.
@@ -544,6 +547,7 @@ async fn decide<'a>(
         clusters,
         inventories,
         events,
+        record_decisions,
     } = *reads;
     // the cache's own Arcs: a decision reads the clusters, it never copies them
     let all = clusters.state();
@@ -574,7 +578,7 @@ async fn decide<'a>(
     let offset_before = *offset;
     let mut explanation = Explanation::default();
     let inv = input.inventory.as_ref();
-    let recorded = dynamic.then_some(&mut explanation);
+    let recorded = (dynamic && record_decisions).then_some(&mut explanation);
     let scheduled = schedule_explained(input.fwk, &state, offset, sub, &all, inv, recorded).await;
     let (target, outcome) = scheduled_or_cleared(scheduled, sub, key, events)?;
     let target = match failover_state.as_mut() {
@@ -633,7 +637,7 @@ async fn schedule_one_inner(
         state,
         target,
         outcome,
-        record: Some(record),
+        record: reads.record_decisions.then_some(record),
     })))
 }
 
@@ -1089,8 +1093,8 @@ impl AsyncBinder {
         let name = b.sub.name_any();
         let fwk = self.profiles.for_subscription(&b.sub);
         if !self.rt.config.record_scheduling_decisions {
-            // off: no record, and none left behind from when it was on
-            b.record = None;
+            // the loop made no record (see `Reads::record_decisions`); none is left behind from
+            // when recording was on either
             b.status.last_decision = None;
         }
         if let (Some(record), Some(fwk)) = (b.record.take(), fwk) {
