@@ -158,7 +158,6 @@ pub fn shadow_resources() -> Vec<crate::hub::shadow::model::ShadowResource> {
         namespaced,
         kind: kind.into(),
         verbs: vec!["get".into(), "list".into(), "create".into(), "patch".into()],
-        short_names: vec![],
         storage_version_hash: String::new(),
         origin,
     };

@@ -125,6 +125,13 @@ async fn kubectl_clusternet_stores_plain_objects_as_manifests() {
     let out = env.plugin(&["get", "deploy", "-n", &ns]);
     assert!(out.status.success(), "get: {}", stderr(&out));
     assert!(stdout(&out).contains("web"), "{}", stdout(&out));
+    // the short name resolves to the original kind without kubectl warning that it "could also
+    // match lower priority resource deployments.shadow" (#44)
+    assert!(
+        stderr(&out).is_empty(),
+        "kubectl clusternet get deploy warned: {}",
+        stderr(&out)
+    );
 
     // client-side apply of a change: a strategic merge patch on the template
     let out = env.plugin_with_stdin(
@@ -356,6 +363,26 @@ async fn bad_input_gets_kubernetes_status_errors() {
     )
     .await;
     assert_eq!(code, 404, "{body}");
+    // a POST of a kind nothing serves is a 404 naming it, not a refusal to write Namespaces (#44)
+    let (code, body) = raw(
+        &parent,
+        "POST",
+        &format!("/apis/shadow/v1alpha1/namespaces/{ns}/widgets"),
+        "application/json",
+        json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}})
+            .to_string()
+            .into_bytes(),
+    )
+    .await;
+    assert_eq!(code, 404, "{body}");
+    let s = status_of(&body);
+    assert_eq!(s["reason"], json!("NotFound"), "{body}");
+    assert!(
+        s["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("\"widgets\"") && !m.contains("templates")),
+        "{body}"
+    );
     let (code, body) = raw(
         &parent,
         "GET",
@@ -1150,4 +1177,226 @@ async fn a_wrong_cluster_id_gets_the_hubs_message() {
         "--help",
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
+}
+
+/// Issue #44: every dry run through the shadow API (kubectl clusternet diff, apply, patch,
+/// replace, scale and delete with `--dry-run=server`) answers what would be stored and stores
+/// nothing: the Manifest keeps its resourceVersion and template, and the Deployment a
+/// Subscription put in a child keeps its spec and generation.
+#[tokio::test]
+async fn dry_runs_through_the_shadow_api_change_nothing_anywhere() {
+    let _shared = HUB_LOCK.read().await;
+    let env = TestEnv::get();
+    env.with_hub();
+    env.with_controller();
+    let parent = env.parent().await;
+    let id = uid();
+    let ns = format!("dry-{id}");
+    let clusters = register(env, &id, &[2], "Pull", &[]).await;
+    let c = &clusters[0];
+    let app = |replicas: i32, image: &str| {
+        format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}}}\n---\n{}",
+            deployment_yaml(&ns, "web", replicas, image)
+        )
+    };
+    let out = env.plugin_with_stdin(&["apply", "-f", "-"], Some(&app(3, "nginx:1.25")));
+    assert!(out.status.success(), "apply: {}", stderr(&out));
+    let subs_ns = TestNamespace::create(&parent, &env.parent_kubeconfig(), "drysubs").await;
+    let subs: Api<Subscription> = Api::namespaced(parent.clone(), &subs_ns.name);
+    let sub: Subscription = serde_json::from_value(json!({
+        "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Subscription",
+        "metadata": {"name": "web"},
+        "spec": {"subscribers": [{"clusterAffinity": {"matchLabels": {"e2e": id}}}],
+            "feeds": [{"apiVersion": "v1", "kind": "Namespace", "name": ns},
+                      {"apiVersion": "apps/v1", "kind": "Deployment", "namespace": ns, "name": "web"}]}
+    }))
+    .expect("a Subscription");
+    subs.create(&PostParams::default(), &sub)
+        .await
+        .expect("creating the Subscription");
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(c.child.clone(), &ns);
+    let child_state = || async {
+        let d = deployments.get("web").await.map_err(|e| e.to_string())?;
+        let replicas = d.spec.as_ref().and_then(|s| s.replicas);
+        let image = d
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .and_then(|p| p.containers.first())
+            .and_then(|c| c.image.clone());
+        Ok::<_, String>((replicas, image, d.metadata.generation))
+    };
+    let before = wait_for(
+        "the Deployment in the child",
+        Duration::from_secs(60),
+        || async {
+            match child_state().await? {
+                s @ (Some(3), _, _) => Ok(s),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    let name = format!("deployments.{ns}.web");
+    let stored = manifest(&parent, &name).await.expect("the Manifest");
+    let stored_rv = stored.metadata.resource_version.clone();
+    let stored_template = template_of(&stored);
+    let unchanged = |what: &str, m: Option<Manifest>| {
+        let m = m.unwrap_or_else(|| panic!("{what} deleted the Manifest"));
+        assert_eq!(
+            m.metadata.resource_version, stored_rv,
+            "{what} wrote the Manifest"
+        );
+        assert_eq!(
+            template_of(&m),
+            stored_template,
+            "{what} changed the template"
+        );
+    };
+
+    // kubectl diff: the change it would make, nothing made (exit code 1: differences found)
+    let out = env.plugin_with_stdin(&["diff", "-f", "-"], Some(&app(9, "nginx:1.27")));
+    let diff = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "diff: {diff}{}", stderr(&out));
+    for (sign, text) in [
+        ('-', "replicas: 3"),
+        ('+', "replicas: 9"),
+        ('-', "image: nginx:1.25"),
+        ('+', "image: nginx:1.27"),
+    ] {
+        assert!(
+            diff.lines()
+                .any(|l| l.starts_with(sign) && l.trim_end().ends_with(text)),
+            "diff lacks a {sign} line with {text:?}:\n{diff}"
+        );
+    }
+    unchanged("kubectl diff", manifest(&parent, &name).await);
+
+    let dry = "--dry-run=server";
+    let runs: Vec<(&str, Vec<&str>, Option<String>)> = vec![
+        (
+            "apply",
+            vec!["apply", dry, "-f", "-"],
+            Some(app(9, "nginx:1.27")),
+        ),
+        (
+            "server-side apply",
+            vec!["apply", "--server-side", dry, "-f", "-"],
+            Some(app(9, "nginx:1.27")),
+        ),
+        (
+            "json patch",
+            vec![
+                "patch",
+                "deploy",
+                "web",
+                "-n",
+                &ns,
+                dry,
+                "--type=json",
+                "-p",
+                r#"[{"op":"replace","path":"/spec/replicas","value":9}]"#,
+            ],
+            None,
+        ),
+        (
+            "merge patch",
+            vec![
+                "patch",
+                "deploy",
+                "web",
+                "-n",
+                &ns,
+                dry,
+                "--type=merge",
+                "-p",
+                r#"{"spec":{"replicas":9}}"#,
+            ],
+            None,
+        ),
+        (
+            "strategic merge patch",
+            vec![
+                "patch",
+                "deploy",
+                "web",
+                "-n",
+                &ns,
+                dry,
+                "--type=strategic",
+                "-p",
+                r#"{"spec":{"replicas":9}}"#,
+            ],
+            None,
+        ),
+        (
+            "replace",
+            vec!["replace", dry, "-f", "-"],
+            Some(deployment_yaml(&ns, "web", 9, "nginx:1.27")),
+        ),
+        (
+            "scale",
+            vec!["scale", "deploy/web", "-n", &ns, "--replicas=9", dry],
+            None,
+        ),
+        (
+            "delete",
+            vec!["delete", "deploy", "web", "-n", &ns, dry],
+            None,
+        ),
+    ];
+    for (what, args, input) in &runs {
+        let out = env.plugin_with_stdin(args, input.as_deref());
+        // (kubectl 1.36's patch drops its "(server dry run)" suffix, so the output is not checked)
+        assert!(out.status.success(), "{what}: {}", stderr(&out));
+        unchanged(what, manifest(&parent, &name).await);
+    }
+    // the answer is what would have been stored
+    let out = env.plugin(&[
+        "patch",
+        "deploy",
+        "web",
+        "-n",
+        &ns,
+        dry,
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"replicas":7}}"#,
+        "-o",
+        "jsonpath={.spec.replicas}",
+    ]);
+    assert_eq!(stdout(&out), "7", "{}", stderr(&out));
+    // an unknown dry-run value is refused, not taken for a write
+    let (code, body) = raw(
+        &parent,
+        "PATCH",
+        &format!("/apis/shadow/v1alpha1/namespaces/{ns}/deployments/web?dryRun=Yes"),
+        "application/merge-patch+json",
+        br#"{"spec":{"replicas":9}}"#.to_vec(),
+    )
+    .await;
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("Unsupported value"), "{body}");
+    unchanged("all the dry runs", manifest(&parent, &name).await);
+
+    // nothing reached the child
+    let until = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < until {
+        assert_eq!(
+            child_state().await.as_ref(),
+            Ok(&before),
+            "the child's Deployment changed after dry runs"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    subs.delete("web", &DeleteParams::default())
+        .await
+        .expect("deleting the Subscription");
+    support::wait_app_removed(&c.child, &ns).await;
+    let out = env.plugin(&["delete", "deploy", "web", "-n", &ns]);
+    assert!(out.status.success(), "delete: {}", stderr(&out));
+    let out = env.plugin(&["delete", "namespace", &ns]);
+    assert!(out.status.success(), "delete: {}", stderr(&out));
 }

@@ -489,7 +489,6 @@ mod tests {
             namespaced,
             kind: kind.into(),
             verbs: vec!["create".into()],
-            short_names: vec![],
             storage_version_hash: String::new(),
             origin: super::super::shadow::model::ResourceOrigin::BuiltIn,
         }

@@ -280,6 +280,24 @@ pub fn resolve_target(resources: &[ShadowResource], tail: &str) -> Result<Target
             subresource: parts.get(4).map(|s| s.to_string()),
         });
     }
+    // `namespaces/<ns>/<x>` naming no namespaced resource is a 404 for `<x>`, unless `<x>` is a
+    // subresource of Namespaces (status, finalize): read as the Namespace `<ns>`'s subresource it
+    // used to answer a POST of an unknown kind with "namespaces are considered as templates"
+    if parts.len() >= 3
+        && parts[0] == "namespaces"
+        && !resources
+            .iter()
+            .any(|r| r.name.strip_prefix("namespaces/") == Some(parts[2]))
+    {
+        return Err(ApiError::new(
+            404,
+            "NotFound",
+            format!(
+                "the server could not find the requested resource: no namespaced resource \"{}\" is served in shadow/v1alpha1 (kubectl api-resources --api-group=shadow lists them)",
+                parts[2]
+            ),
+        ));
+    }
     let Some(first) = parts.first() else {
         return Err(not_found());
     };

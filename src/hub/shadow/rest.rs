@@ -31,6 +31,10 @@ pub async fn dispatch(
     req: ShadowRequest,
 ) -> Result<(StatusCode, Value), ApiError> {
     let q = query_map(&req.query);
+    if req.method != Method::GET && req.method != Method::HEAD {
+        // a malformed dryRun is refused before anything is read or written
+        dry_run_requested(&q)?;
+    }
     let table = wants_table(&req.headers);
     match (&req.method, t.name.as_deref(), t.subresource.as_deref()) {
         (&Method::GET | &Method::HEAD, None, None) => {
@@ -76,7 +80,7 @@ pub async fn dispatch(
         (m, Some(name), Some("scale"))
             if t.has_scale && matches!(*m, Method::GET | Method::PUT | Method::PATCH) =>
         {
-            scale(api, t, name, &req).await
+            scale(api, t, name, &req, &q).await
         }
         (m, Some(_), Some("status")) if is_crd(&t.resource) => Err(ApiError::method_not_supported(
             model::crd_status_message(m.as_str(), &t.resource.kind),
@@ -629,7 +633,7 @@ async fn create_decoded(
     let manifest: Manifest = serde_json::from_value(manifest_value)
         .map_err(|e| ApiError::internal(format!("building the Manifest: {e}")))?;
     let pp = PostParams {
-        dry_run: q.get("dryRun").is_some_and(|v| v == "All"),
+        dry_run: dry_run_requested(q)?,
         field_manager: None,
     };
     match manifests(api).create(&pp, &manifest).await {
@@ -687,11 +691,21 @@ async fn update_decoded(
         validated["metadata"]["uid"] = json!(uid);
     }
     model::trim_template(&mut validated, &r.group, &r.kind);
-    store_update(api, t, existing, validated, requested_rv, false).await
+    store_update(
+        api,
+        t,
+        existing,
+        validated,
+        requested_rv,
+        false,
+        dry_run_requested(q)?,
+    )
+    .await
 }
 
 /// Writes a new template into an existing Manifest: labels are only ever added, `config.*`
-/// refreshed (hub.md §3.5).
+/// refreshed (hub.md §3.5). A dry run (`dryRun=All`) goes to the parent as one too, so the answer
+/// is what would have been stored (what `kubectl diff` compares) and nothing is.
 async fn store_update(
     api: &ShadowApi,
     t: &Target,
@@ -699,6 +713,7 @@ async fn store_update(
     template: Value,
     requested_rv: Option<String>,
     scale: bool,
+    dry_run: bool,
 ) -> Result<Value, ApiError> {
     let r = &t.resource;
     let name = template["metadata"]["name"]
@@ -731,10 +746,11 @@ async fn store_update(
     let manifest: Manifest = serde_json::from_value(m)
         .map_err(|e| ApiError::internal(format!("building the Manifest: {e}")))?;
     let mname = manifest.metadata.name.clone().unwrap_or_default();
-    match manifests(api)
-        .replace(&mname, &PostParams::default(), &manifest)
-        .await
-    {
+    let pp = PostParams {
+        dry_run,
+        field_manager: None,
+    };
+    match manifests(api).replace(&mname, &pp, &manifest).await {
         Ok(updated) => transform(&updated),
         Err(kube::Error::Api(s)) if s.code == 409 => {
             let mut e = ApiError::new(
@@ -750,6 +766,46 @@ async fn store_update(
         }
         Err(e) => Err(ApiError::from_kube(&e)),
     }
+}
+
+/// `?dryRun=All`, the only dry-run value the API server knows; anything else is refused as it
+/// refuses it, never taken for a real write.
+pub fn dry_run_requested(q: &BTreeMap<String, String>) -> Result<bool, ApiError> {
+    match q.get("dryRun").map(String::as_str) {
+        None | Some("") => Ok(false),
+        Some("All") => Ok(true),
+        Some(other) => Err(unsupported_dry_run(other)),
+    }
+}
+
+/// `DeleteOptions.dryRun` (a list of the same values) from a request body.
+fn dry_run_options(v: &Value) -> Result<bool, ApiError> {
+    match v {
+        Value::Null => Ok(false),
+        Value::Array(values) => {
+            for v in values {
+                match v.as_str() {
+                    Some("All") => {}
+                    other => {
+                        return Err(unsupported_dry_run(
+                            &other.map_or_else(|| v.to_string(), str::to_string),
+                        ));
+                    }
+                }
+            }
+            Ok(!values.is_empty())
+        }
+        other => Err(ApiError::bad_request(format!(
+            "the DeleteOptions' dryRun must be a list, got {}",
+            json_kind(other)
+        ))),
+    }
+}
+
+fn unsupported_dry_run(value: &str) -> ApiError {
+    ApiError::bad_request(format!(
+        "dryRun: Unsupported value: \"{value}\": supported values: \"All\""
+    ))
 }
 
 fn qualified(r: &ShadowResource) -> String {
@@ -1006,8 +1062,7 @@ async fn delete(
         .as_u64()
         .or_else(|| q.get("gracePeriodSeconds").and_then(|v| v.parse().ok()))
         .map(|v| v as u32);
-    dp.dry_run = q.get("dryRun").is_some_and(|v| v == "All")
-        || opts["dryRun"].as_array().is_some_and(|a| !a.is_empty());
+    dp.dry_run = dry_run_requested(q)? || dry_run_options(&opts["dryRun"])?;
     // preconditions name the template's uid/resourceVersion, which are the Manifest's
     if opts["preconditions"].is_object() {
         dp.preconditions = Some(Preconditions {
@@ -1143,6 +1198,7 @@ async fn scale(
     t: &Target,
     name: &str,
     req: &ShadowRequest,
+    q: &BTreeMap<String, String>,
 ) -> Result<(StatusCode, Value), ApiError> {
     let existing = get_manifest(api, t, name).await?;
     let m = manifest_json(&existing)?;
@@ -1169,12 +1225,9 @@ async fn scale(
         .as_str()
         .filter(|s| !s.is_empty() && Some(*s) != current["metadata"]["resourceVersion"].as_str())
         .map(str::to_string);
-    store_update(api, t, existing, template, rv, true).await?;
-    let updated = get_manifest(api, t, name).await?;
-    Ok((
-        StatusCode::OK,
-        model::scale_from_object(&transform(&updated)?, scale_av),
-    ))
+    // the object as stored (or as it would be, in a dry run) is what the Scale reads from
+    let updated = store_update(api, t, existing, template, rv, true, dry_run_requested(q)?).await?;
+    Ok((StatusCode::OK, model::scale_from_object(&updated, scale_av)))
 }
 
 /// Streams Manifest events as events of the original kind.
@@ -1299,7 +1352,6 @@ mod tests {
             namespaced,
             kind: kind.into(),
             verbs: vec![],
-            short_names: vec![],
             storage_version_hash: String::new(),
             origin: if crd {
                 model::ResourceOrigin::Crd {
@@ -1338,6 +1390,57 @@ mod tests {
         assert_eq!(
             parent_collection_path(&deploy, "r"),
             "/apis/apps/v1/namespaces/r/deployments"
+        );
+    }
+
+    #[test]
+    fn an_unknown_namespaced_resource_is_a_404_naming_it() {
+        let mut served = crate::fuzzing::shadow_resources();
+        served.push(resource("", "namespaces/status", "Namespace", false, false));
+        let e = crate::hub::shadow::resolve_target(&served, "namespaces/demo/gadgets")
+            .expect_err("nothing serves gadgets");
+        assert_eq!((e.code, e.reason), (404, "NotFound"));
+        assert!(e.message.contains("\"gadgets\""), "{}", e.message);
+        assert!(!e.message.contains("templates"), "{}", e.message);
+        // a Namespace's own subresource and a served namespaced resource still resolve
+        let t = crate::hub::shadow::resolve_target(&served, "namespaces/demo/status")
+            .expect("a Namespace's status");
+        assert_eq!(
+            (
+                t.resource.name.as_str(),
+                t.name.as_deref(),
+                t.subresource.as_deref()
+            ),
+            ("namespaces", Some("demo"), Some("status"))
+        );
+        let t = crate::hub::shadow::resolve_target(&served, "namespaces/demo/deployments/web")
+            .expect("a Deployment");
+        assert_eq!(t.resource.name, "deployments");
+    }
+
+    #[test]
+    fn only_dry_run_all_is_a_dry_run_and_other_values_are_refused() {
+        let q = |v: &str| BTreeMap::from([("dryRun".to_string(), v.to_string())]);
+        assert!(!dry_run_requested(&BTreeMap::new()).expect("no dry run"));
+        assert!(!dry_run_requested(&q("")).expect("an empty value"));
+        assert!(dry_run_requested(&q("All")).expect("a dry run"));
+        let e = dry_run_requested(&q("all")).expect_err("not a value the API server knows");
+        assert_eq!(e.code, 400);
+        assert!(
+            e.message.contains("supported values: \"All\""),
+            "{}",
+            e.message
+        );
+        assert!(dry_run_options(&json!(["All"])).expect("a dry run"));
+        assert!(!dry_run_options(&json!([])).expect("no dry run"));
+        assert!(!dry_run_options(&Value::Null).expect("no dry run"));
+        assert_eq!(
+            dry_run_options(&json!(["Yes"])).expect_err("refused").code,
+            400
+        );
+        assert_eq!(
+            dry_run_options(&json!("All")).expect_err("not a list").code,
+            400
         );
     }
 

@@ -65,7 +65,6 @@ pub struct ShadowResource {
     pub namespaced: bool,
     pub kind: String,
     pub verbs: Vec<String>,
-    pub short_names: Vec<String>,
     pub storage_version_hash: String,
     pub origin: ResourceOrigin,
 }
@@ -115,7 +114,6 @@ impl ShadowResource {
                 &self.version,
                 &self.kind,
                 &self.verbs,
-                &self.short_names,
                 &self.storage_version_hash,
             )],
             ResourceOrigin::Crd { has_scale, .. } => {
@@ -127,7 +125,6 @@ impl ShadowResource {
                     "",
                     &self.kind,
                     &self.verbs,
-                    &self.short_names,
                     &self.storage_version_hash,
                 )];
                 if has_scale {
@@ -141,7 +138,6 @@ impl ShadowResource {
                         "v1",
                         SCALE_KIND,
                         &verbs,
-                        &self.short_names,
                         "",
                     ));
                 }
@@ -151,8 +147,12 @@ impl ShadowResource {
     }
 }
 
-/// `metav1.APIResource` JSON with Go's `omitempty` rules (group, version, shortNames,
-/// storageVersionHash omitted when empty; singularName, namespaced, kind, verbs always present).
+/// `metav1.APIResource` JSON with Go's `omitempty` rules (group, version, storageVersionHash
+/// omitted when empty; singularName, namespaced, kind, verbs always present). Unlike upstream it
+/// advertises no short names: the originals already own them, and kubectl, seeing `deploy` twice,
+/// warned on every `kubectl clusternet get deploy` that it "could also match lower priority
+/// resource deployments.shadow". The plugin resolves `deploy` against the original group and
+/// rewrites the request path, so the shadow copies never needed them.
 #[allow(clippy::too_many_arguments)]
 fn api_resource_json(
     name: &str,
@@ -162,7 +162,6 @@ fn api_resource_json(
     version: &str,
     kind: &str,
     verbs: &[String],
-    short_names: &[String],
     storage_version_hash: &str,
 ) -> Value {
     let mut m = Map::new();
@@ -177,9 +176,6 @@ fn api_resource_json(
     }
     m.insert("kind".into(), kind.into());
     m.insert("verbs".into(), json!(verbs));
-    if !short_names.is_empty() {
-        m.insert("shortNames".into(), json!(short_names));
-    }
     m.insert("categories".into(), json!([SHADOW_CATEGORY]));
     if !storage_version_hash.is_empty() {
         m.insert("storageVersionHash".into(), storage_version_hash.into());
@@ -368,7 +364,6 @@ pub fn normalize_group_resources(group: &DiscoveredGroup) -> Vec<ShadowResource>
             namespaced: r.namespaced,
             kind: r.kind.clone(),
             verbs: r.verbs.clone(),
-            short_names: r.short_names.clone(),
             storage_version_hash: r.storage_version_hash.clone(),
             origin: ResourceOrigin::BuiltIn,
         })
@@ -460,7 +455,6 @@ pub fn crd_shadow_resource(crd: &Value) -> Option<ShadowResource> {
         singular_name: name_field("singular"),
         namespaced: get_str(crd, &["spec", "scope"]) == Some("Namespaced"),
         verbs: CRD_VERBS.iter().map(|v| v.to_string()).collect(),
-        short_names: string_list(names.and_then(|n| n.get("shortNames"))),
         storage_version_hash: storage_version_hash(group, storage_version, &kind),
         name: plural,
         kind,
@@ -849,7 +843,6 @@ mod tests {
         assert_eq!(r.singular_name, "crontab");
         assert_eq!(r.kind, "CronTab");
         assert!(r.namespaced);
-        assert_eq!(r.short_names, vec!["ct"]);
         assert_eq!(r.verbs, CRD_VERBS.to_vec());
         assert_eq!(
             r.origin,
@@ -942,7 +935,7 @@ mod tests {
                 {
                     "name": "deployments", "singularName": "deployment", "namespaced": true,
                     "group": "apps", "version": "v1", "kind": "Deployment", "verbs": ["get", "list"],
-                    "shortNames": ["deploy"], "categories": ["clusternet.shadow"],
+                    "categories": ["clusternet.shadow"],
                     "storageVersionHash": "8aSe+NMegvE=",
                 },
                 {
@@ -952,14 +945,14 @@ mod tests {
                 },
                 {
                     "name": "crontabs", "singularName": "crontab", "namespaced": true,
-                    "kind": "CronTab", "verbs": CRD_VERBS, "shortNames": ["ct"],
+                    "kind": "CronTab", "verbs": CRD_VERBS,
                     "categories": ["clusternet.shadow"],
                     "storageVersionHash": storage_version_hash("stable.example.com", "v1", "CronTab"),
                 },
                 {
                     "name": "crontabs/scale", "singularName": "crontab", "namespaced": true,
                     "group": "autoscaling", "version": "v1", "kind": "Scale",
-                    "verbs": ["get", "patch", "update"], "shortNames": ["ct"],
+                    "verbs": ["get", "patch", "update"],
                     "categories": ["clusternet.shadow"],
                 },
             ])

@@ -185,16 +185,6 @@ fn string_map_value(m: &BTreeMap<String, String>) -> Value {
     )
 }
 
-fn string_list(v: Option<&Value>) -> Vec<String> {
-    v.and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|s| s.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// Labels of an object (`metadata.labels`); empty when absent or not a string map.
 pub fn object_labels(obj: &Value) -> BTreeMap<String, String> {
     string_map(get_path(obj, &["metadata", "labels"])).unwrap_or_default()

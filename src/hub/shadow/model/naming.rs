@@ -208,7 +208,6 @@ mod tests {
             namespaced: true,
             kind: "Deployment".into(),
             verbs: vec![],
-            short_names: vec![],
             storage_version_hash: String::new(),
             origin: ResourceOrigin::BuiltIn,
         };
