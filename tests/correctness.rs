@@ -581,6 +581,42 @@ async fn objects_two_subscriptions_share_stay_until_both_are_gone() {
     delete_all(&parent, &subs, &[], &manifests).await;
 }
 
+/// A config map in `appns` by name: its uid, or why not.
+async fn config_map_uid(child: &kube::Client, ns: &str, name: &str) -> Result<String, String> {
+    Api::<ConfigMap>::namespaced(child.clone(), ns)
+        .get(name)
+        .await
+        .map(|c| c.uid().unwrap_or_default())
+        .map_err(|e| e.to_string())
+}
+
+/// The Descriptions of a Subscription, by its uid label.
+async fn descriptions_of(
+    parent: &kube::Client,
+    subs: &Api<Subscription>,
+    name: &str,
+) -> Vec<String> {
+    let uid = subs
+        .get(name)
+        .await
+        .expect("the Subscription")
+        .uid()
+        .unwrap_or_default();
+    Api::<Description>::all(parent.clone())
+        .list(&ListParams::default().labels(&format!("apps.clusternet.io/subs.uid={uid}")))
+        .await
+        .expect("listing Descriptions")
+        .items
+        .iter()
+        .map(|d| d.name_any())
+        .collect()
+}
+
+/// #44, upstream's semantics: a Subscription with a missing feed deploys nothing (no half-deployed
+/// application) and never says so is available, the Base gets `Nonexistent<Kind>` events and the
+/// Subscription's `FeedsResolved` names every missing feed; creating the feed deploys everything.
+/// A feed that goes missing later (its Manifest deleted past the protection) removes nothing that
+/// already runs.
 #[tokio::test]
 async fn missing_feeds_are_reported_never_available() {
     let env = TestEnv::get();
@@ -592,7 +628,7 @@ async fn missing_feeds_are_reported_never_available() {
     let appns = format!("truth-{id}");
     let mut objects = namespace_and_config(&appns);
     objects.push(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "broken", "namespace": appns, "labels": {MANAGED: "clusternet-hub"}}}));
-    let manifests = create_manifests(&parent, &objects).await;
+    let mut manifests = create_manifests(&parent, &objects).await;
     // an override that cannot apply: reported under upstream's event name
     let broken: clusternet::apis::Localization = serde_json::from_value(json!({
         "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Localization", "metadata": {"name": "broken"},
@@ -621,13 +657,6 @@ async fn missing_feeds_are_reported_never_available() {
     )
     .await
     .expect("creating the chart-only Subscription");
-    // the feeds that exist still deploy
-    wait_for(
-        "the ConfigMap in the child",
-        Duration::from_secs(60),
-        || config_uid(&c.child, &appns),
-    )
-    .await;
     let status = wait_for(
         "FeedsResolved=False naming both feeds",
         Duration::from_secs(30),
@@ -659,25 +688,77 @@ async fn missing_feeds_are_reported_never_available() {
         },
     )
     .await;
-    let available: Vec<bool> = status
-        .aggregated_statuses
-        .iter()
-        .map(|a| a.feed_status_summary.available)
-        .collect();
-    assert_eq!(&available[3..], &[false, false], "{available:?}");
+    // upstream's Warning on the Base, naming the feed
+    let base = wait_for("the Base", Duration::from_secs(30), || async {
+        let s = subs.get("mixed").await.map_err(|e| e.to_string())?;
+        bases_of(&parent, &s)
+            .await
+            .into_iter()
+            .next()
+            .ok_or_else(|| "no Base yet".to_string())
+    })
+    .await;
+    let expected = format!(
+        "Base {}/{} is using a nonexistent ConfigMap {appns}/nowhere",
+        c.dedicated,
+        base.name_any()
+    );
     wait_for(
-        "a FailedApplyingOverrides event on the Base",
+        "NonexistentConfigMap and FailedApplyingOverrides on the Base",
         Duration::from_secs(30),
         || async {
-            let reasons = event_reasons(&parent, &c.dedicated).await?;
-            if reasons.iter().any(|r| r == "FailedApplyingOverrides") {
+            let events = Api::<Event>::namespaced(parent.clone(), &c.dedicated)
+                .list(
+                    &ListParams::default()
+                        .fields(&format!("involvedObject.name={}", base.name_any())),
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+            let has = |reason: &str, text: &str| {
+                events.items.iter().any(|e| {
+                    e.reason.as_deref() == Some(reason)
+                        && e.message.as_deref().is_some_and(|m| m.contains(text))
+                })
+            };
+            if has("NonexistentConfigMap", &expected) && has("FailedApplyingOverrides", "broken") {
                 Ok(())
             } else {
-                Err(format!("{reasons:?}"))
+                Err(format!(
+                    "{:?}",
+                    events
+                        .items
+                        .iter()
+                        .map(|e| (e.reason.clone(), e.message.clone()))
+                        .collect::<Vec<_>>()
+                ))
             }
         },
     )
     .await;
+    // nothing of it deploys, and nothing says it is available
+    let until = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < until {
+        assert!(
+            config_uid(&c.child, &appns).await.is_err(),
+            "a half-deployed application: the ConfigMap of a Subscription with a missing feed reached the child"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(
+        descriptions_of(&parent, &subs, "mixed").await.is_empty(),
+        "a Description for a Subscription with missing feeds"
+    );
+    let available: Vec<bool> = subs
+        .get("mixed")
+        .await
+        .expect("the Subscription")
+        .status
+        .unwrap_or_default()
+        .aggregated_statuses
+        .iter()
+        .map(|a| a.feed_status_summary.available)
+        .collect();
+    assert_eq!(available, [false; 5], "{status:?}");
     // events are recorded in the background: wait for them
     wait_for(
         "the Subscriptions' events",
@@ -712,6 +793,120 @@ async fn missing_feeds_are_reported_never_available() {
         },
     )
     .await;
+
+    // a present and a missing feed: nothing until the missing one is created, then both
+    let pair = vec![
+        support::feed_of(&objects[0]),
+        support::feed_of(&objects[1]),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "namespace": appns, "name": "later"}),
+    ];
+    subs.create(&PostParams::default(), &subscription("pair", &id, &pair))
+        .await
+        .expect("creating the Subscription");
+    wait_for(
+        "FeedsResolved=False on the pair",
+        Duration::from_secs(30),
+        || async {
+            let s = subs.get("pair").await.map_err(|e| e.to_string())?;
+            s.status
+                .unwrap_or_default()
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "FeedsResolved" && c.status == "False")
+                .filter(|c| c.message.contains("later"))
+                .map(|_| ())
+                .ok_or_else(|| "not yet".to_string())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        config_uid(&c.child, &appns).await.is_err(),
+        "the present feed of the pair deployed without the missing one"
+    );
+    let later = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "later", "namespace": appns, "labels": {MANAGED: "clusternet-hub"}}, "data": {"k": "v"}});
+    manifests.extend(create_manifests(&parent, std::slice::from_ref(&later)).await);
+    let (settings_uid, later_uid) = wait_for(
+        "both ConfigMaps in the child",
+        Duration::from_secs(60),
+        || async {
+            Ok::<_, String>((
+                config_uid(&c.child, &appns).await?,
+                config_map_uid(&c.child, &appns, "later").await?,
+            ))
+        },
+    )
+    .await;
+    wait_for(
+        "the pair resolved and available",
+        Duration::from_secs(60),
+        || async {
+            let st = subs
+                .get("pair")
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .unwrap_or_default();
+            let resolved = st
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "FeedsResolved" && c.status == "True");
+            let available = st.aggregated_statuses.len() == 3
+                && st
+                    .aggregated_statuses
+                    .iter()
+                    .all(|a| a.feed_status_summary.available);
+            (resolved && available)
+                .then_some(())
+                .ok_or(format!("{:?}", st.conditions))
+        },
+    )
+    .await;
+
+    // the feed goes missing later (deleted past its protection, as with the gate off): what runs
+    // stays, and the Subscription says the feed is missing
+    let later_manifest = format!("configmaps.{appns}.later");
+    let reserved: Api<Manifest> = Api::namespaced(parent.clone(), "clusternet-reserved");
+    reserved
+        .delete(&later_manifest, &DeleteParams::default())
+        .await
+        .expect("deleting the Manifest");
+    reserved
+        .patch(
+            &later_manifest,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .expect("releasing its finalizers");
+    wait_for(
+        "the pair's FeedsResolved=False again",
+        Duration::from_secs(30),
+        || async {
+            let s = subs.get("pair").await.map_err(|e| e.to_string())?;
+            s.status
+                .unwrap_or_default()
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "FeedsResolved" && c.status == "False")
+                .filter(|c| c.message.contains("later"))
+                .map(|_| ())
+                .ok_or_else(|| "not yet".to_string())
+        },
+    )
+    .await;
+    let until = Instant::now() + Duration::from_secs(8);
+    while Instant::now() < until {
+        assert_eq!(
+            (
+                config_uid(&c.child, &appns).await,
+                config_map_uid(&c.child, &appns, "later").await
+            ),
+            (Ok(settings_uid.clone()), Ok(later_uid.clone())),
+            "a feed that went missing removed what runs in the child"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     // a ServiceImport that does not name the exported Service says so
     let si: clusternet::apis::ServiceImport = serde_json::from_value(json!({
         "apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ServiceImport", "metadata": {"name": "web"},
@@ -780,7 +975,7 @@ async fn missing_feeds_are_reported_never_available() {
         "a Description for Helm charts only: {:?}",
         descs.iter().map(|d| d.name_any()).collect::<Vec<_>>()
     );
-    delete_all(&parent, &subs, &["mixed", "charts"], &manifests).await;
+    delete_all(&parent, &subs, &["mixed", "charts", "pair"], &manifests).await;
     support::wait_app_removed(&c.child, &appns).await;
 }
 

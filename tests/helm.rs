@@ -10,8 +10,7 @@ mod support;
 use std::time::Duration;
 
 use clusternet::apis::{
-    Base, Description, DescriptionPhase, HelmChart, HelmChartPhase, HelmRelease, Localization,
-    Subscription,
+    Base, Description, HelmChart, HelmChartPhase, HelmRelease, Localization, Subscription,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::ResourceExt;
@@ -181,9 +180,13 @@ async fn greeting(child: &kube::Client, ns: &str, release: &str) -> (String, Str
 }
 
 fn subscription(id: &str, ns: &str, charts: &[&str]) -> Subscription {
+    subscription_named("charts", id, ns, charts)
+}
+
+fn subscription_named(name: &str, id: &str, ns: &str, charts: &[&str]) -> Subscription {
     serde_json::from_value(json!({
         "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Subscription",
-        "metadata": {"name": "charts"},
+        "metadata": {"name": name},
         "spec": {"subscribers": [{"clusterAffinity": {"matchLabels": {"e2e": id}}}],
             "feeds": charts.iter().map(|c| json!({"apiVersion": "apps.clusternet.io/v1alpha1",
                 "kind": "HelmChart", "namespace": ns, "name": c})).collect::<Vec<_>>()}}))
@@ -305,10 +308,18 @@ async fn charts_from_a_repository_and_a_registry_are_released_in_every_pull_chil
     let subs: Api<Subscription> = Api::namespaced(parent.clone(), &ns.name);
     subs.create(
         &PostParams::default(),
-        &subscription(&id, &ns.name, &["web", "oci", "no-version", "no-chart"]),
+        &subscription(&id, &ns.name, &["web", "oci"]),
     )
     .await
     .expect("creating the Subscription");
+    // charts that cannot be found are never handed to a child (upstream: the Base is not
+    // rendered while a chart is NotFound), whichever Subscription names them
+    subs.create(
+        &PostParams::default(),
+        &subscription_named("missing", &id, &ns.name, &["web", "no-version", "no-chart"]),
+    )
+    .await
+    .expect("creating the Subscription of missing charts");
 
     // both children: both releases at revision 1, the value overridden in one child only
     for i in [1, 2] {
@@ -325,7 +336,7 @@ async fn charts_from_a_repository_and_a_registry_are_released_in_every_pull_chil
         "hello"
     );
 
-    // what is missing says so on the HelmChart, the HelmRelease and the Description
+    // what is missing says so on the HelmChart, the Bases and the Subscription
     assert_eq!(
         phase_of(&charts, "no-version", HelmChartPhase::NotFound).await,
         format!(
@@ -334,50 +345,83 @@ async fn charts_from_a_repository_and_a_registry_are_released_in_every_pull_chil
         )
     );
     phase_of(&charts, "no-chart", HelmChartPhase::NotFound).await;
+    let missing_uid = subs
+        .get("missing")
+        .await
+        .expect("the Subscription")
+        .uid()
+        .unwrap_or_default();
+    let of_missing =
+        ListParams::default().labels(&format!("apps.clusternet.io/subs.uid={missing_uid}"));
     for c in &clusters {
-        let (hr, desc) = wait_for(
-            "the missing chart's failure reported",
+        wait_for(
+            "HelmChartNotFound on the Base of missing charts",
             Duration::from_secs(60),
             || async {
-                let hrs = releases_in(&parent, c).await;
-                let hr = hrs
-                    .iter()
-                    .find(|h| h.spec.release_name.as_deref() == Some("no-version"))
-                    .ok_or("no HelmRelease for no-version")?;
-                let st = hr.status.clone().unwrap_or_default();
-                if st.phase.as_ref().map(|p| p.to_string()) != Some("failed".into()) {
-                    return Err(format!("{st:?}"));
-                }
-                let desc_name = hr
-                    .labels()
-                    .get("apps.clusternet.io/config.name")
-                    .cloned()
-                    .unwrap_or_default();
-                let desc = Api::<Description>::namespaced(parent.clone(), &c.dedicated)
-                    .get(&desc_name)
+                let bases = Api::<Base>::namespaced(parent.clone(), &c.dedicated)
+                    .list(&of_missing)
                     .await
                     .map_err(|e| e.to_string())?;
-                let ds = desc.status.clone().unwrap_or_default();
-                if ds.phase == Some(DescriptionPhase::Failure) {
-                    Ok((st, ds))
-                } else {
-                    Err(format!("Description {ds:?}"))
-                }
+                let base = bases.items.first().ok_or("no Base yet")?;
+                let events = Api::<k8s_openapi::api::core::v1::Event>::namespaced(
+                    parent.clone(),
+                    &c.dedicated,
+                )
+                .list(&ListParams::default().fields(&format!(
+                    "involvedObject.name={},reason=HelmChartNotFound",
+                    base.name_any()
+                )))
+                .await
+                .map_err(|e| e.to_string())?;
+                events
+                    .items
+                    .iter()
+                    .find_map(|e| e.message.clone().filter(|m| m.contains("no-version")))
+                    .ok_or_else(|| "no event yet".to_string())
             },
         )
         .await;
-        assert!(hr.notes.contains("9.9.9"), "{}", hr.notes);
-        assert!(!desc.reason.is_empty());
-        // the deployed charts' statuses are there too, per chart
-        let deployed = desc
-            .manifest_statuses
-            .iter()
-            .filter(|m| {
-                m.observed_status.as_ref().and_then(|o| o.get("phase")) == Some(&json!("deployed"))
-            })
-            .count();
-        assert_eq!(deployed, 2, "{:?}", desc.manifest_statuses);
     }
+    let status = wait_for(
+        "FeedsResolved=False on the Subscription of missing charts",
+        Duration::from_secs(60),
+        || async {
+            let s = subs.get("missing").await.map_err(|e| e.to_string())?;
+            let st = s.status.unwrap_or_default();
+            let cond = st
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "FeedsResolved")
+                .ok_or("no FeedsResolved yet")?;
+            if cond.status == "False"
+                && cond.reason == "HelmChartNotFound"
+                && cond.message.contains("9.9.9")
+                && st.aggregated_statuses.len() == 3
+            {
+                Ok(st)
+            } else {
+                Err(format!("{cond:?}"))
+            }
+        },
+    )
+    .await;
+    assert!(
+        status
+            .aggregated_statuses
+            .iter()
+            .all(|a| !a.feed_status_summary.available),
+        "nothing of it runs: {:?}",
+        status.aggregated_statuses
+    );
+    let descs = Api::<Description>::all(parent.clone())
+        .list(&of_missing)
+        .await
+        .expect("listing Descriptions");
+    assert!(
+        descs.items.is_empty(),
+        "a chart that was not found reached a Description: {:?}",
+        descs.items.iter().map(|d| d.name_any()).collect::<Vec<_>>()
+    );
     // the Subscription's aggregated status: the two real charts available in both clusters
     wait_for(
         "aggregated status of the charts",
@@ -392,11 +436,7 @@ async fn charts_from_a_repository_and_a_registry_are_released_in_every_pull_chil
                         && a.feed_status_details.len() == 2
                 })
             };
-            let missing_unavailable = st
-                .aggregated_statuses
-                .iter()
-                .any(|a| a.feed.name == "no-version" && !a.feed_status_summary.available);
-            if ok("web") && ok("oci") && missing_unavailable {
+            if ok("web") && ok("oci") {
                 Ok(())
             } else {
                 Err(format!("{:?}", st.aggregated_statuses))
@@ -404,6 +444,7 @@ async fn charts_from_a_repository_and_a_registry_are_released_in_every_pull_chil
         },
     )
     .await;
+    delete_and_wait_clean_named(env, &subs, "missing", &[], &[]).await;
 
     // a new chart version: every child upgrades to revision 2
     charts
@@ -623,7 +664,8 @@ async fn failed_releases_recover_existing_ones_are_upgraded_and_lost_charts_unin
     })
     .await;
 
-    // the pinned chart's version disappears: NotFound, the release fails to upgrade and stays
+    // the pinned chart's version disappears: NotFound, and its HelmRelease stays at the last
+    // version found (upstream: the Base is not rendered), so the release is never touched
     charts
         .patch(
             "pinned",
@@ -633,12 +675,15 @@ async fn failed_releases_recover_existing_ones_are_upgraded_and_lost_charts_unin
         .await
         .expect("a version that does not exist");
     phase_of(&charts, "pinned", HelmChartPhase::NotFound).await;
-    let notes = wait_for("pinned failed", Duration::from_secs(60), || {
-        failed("pinned")
-    })
-    .await;
-    assert!(notes.contains("9.9.9"), "{notes}");
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    let until = std::time::Instant::now() + Duration::from_secs(8);
+    while std::time::Instant::now() < until {
+        let hr = hr_of("pinned").await.expect("the pinned HelmRelease");
+        assert_eq!(
+            hr.spec.options.version, "0.1.0",
+            "a missing version was pushed"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     let list = helm_list(env, 2, &pinned_ns);
     assert_eq!(
         list.iter().map(|r| (r.1, r.2.as_str())).collect::<Vec<_>>(),
@@ -668,6 +713,188 @@ async fn failed_releases_recover_existing_ones_are_upgraded_and_lost_charts_unin
         &subs,
         &[2],
         &[conflict_ns, adopted_ns, pinned_ns, private_ns],
+    )
+    .await;
+}
+
+/// Issue #44 with an OCI chart in two children: a version the registry does not have never
+/// reaches a child (the release stays at its revision and deployed for a minute, the Base says
+/// `HelmChartNotFound`, the Subscription stays available), a version that exists upgrades; and a
+/// HelmChart a Subscription uses is not deleted (nor its release uninstalled) until the
+/// Subscription goes.
+#[tokio::test]
+async fn a_missing_chart_version_never_reaches_a_child_and_an_in_use_chart_is_protected() {
+    let env = TestEnv::get();
+    env.with_controller();
+    let parent = env.parent().await;
+    let id = uid();
+    let clusters = register(env, &id, &[1, 3], "Pull", &[]).await;
+    let registry = OciRegistry::start(env).await;
+    registry.push(env, "hello", "0.1.0", "charts");
+    registry.push(env, "hello", "0.2.0", "charts");
+    let ns = TestNamespace::create(&parent, &env.parent_kubeconfig(), "helmkeep").await;
+    let charts: Api<HelmChart> = Api::namespaced(parent.clone(), &ns.name);
+    let db_ns = format!("hr-db-{id}");
+    create(
+        &charts,
+        "db",
+        json!({"repo": format!("oci://{}/charts", registry.host), "chart": "hello",
+            "version": "0.1.0", "plainHTTP": true, "targetNamespace": db_ns}),
+    )
+    .await;
+    let subs: Api<Subscription> = Api::namespaced(parent.clone(), &ns.name);
+    subs.create(
+        &PostParams::default(),
+        &subscription(&id, &ns.name, &["db"]),
+    )
+    .await
+    .expect("creating the Subscription");
+    for i in [1, 3] {
+        released(env, i, &db_ns, "db", 1, "hello-0.1.0").await;
+    }
+
+    charts
+        .patch(
+            "db",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"version": "9.9.9"}})),
+        )
+        .await
+        .expect("a version the registry does not have");
+    let reason = phase_of(&charts, "db", HelmChartPhase::NotFound).await;
+    assert!(reason.contains("9.9.9"), "{reason}");
+    for c in &clusters {
+        wait_for(
+            "HelmChartNotFound on the Base",
+            Duration::from_secs(60),
+            || async {
+                let events = Api::<k8s_openapi::api::core::v1::Event>::namespaced(
+                    parent.clone(),
+                    &c.dedicated,
+                )
+                .list(&ListParams::default().fields("reason=HelmChartNotFound"))
+                .await
+                .map_err(|e| e.to_string())?;
+                events
+                    .items
+                    .iter()
+                    .find(|e| {
+                        e.involved_object.kind.as_deref() == Some("Base")
+                            && e.message.as_deref().is_some_and(|m| m.contains("9.9.9"))
+                    })
+                    .map(|_| ())
+                    .ok_or_else(|| format!("{} other events", events.items.len()))
+            },
+        )
+        .await;
+    }
+    // a minute of it: every child keeps revision 1 deployed, nothing moves to 9.9.9
+    let until = std::time::Instant::now() + Duration::from_secs(60);
+    while std::time::Instant::now() < until {
+        for (i, c) in [1, 3].into_iter().zip(&clusters) {
+            let list = helm_list(env, i, &db_ns);
+            assert_eq!(
+                list.iter()
+                    .map(|r| (r.0.as_str(), r.1, r.2.as_str(), r.3.as_str()))
+                    .collect::<Vec<_>>(),
+                [("db", 1, "deployed", "hello-0.1.0")],
+                "child{i}"
+            );
+            for hr in releases_in(&parent, c).await {
+                assert_eq!(
+                    hr.spec.options.version, "0.1.0",
+                    "a missing version was pushed"
+                );
+            }
+        }
+        let st = subs
+            .get("charts")
+            .await
+            .expect("the Subscription")
+            .status
+            .unwrap_or_default();
+        if let Some(a) = st.aggregated_statuses.first() {
+            assert!(
+                a.feed_status_summary.available,
+                "the Subscription lost available while the release runs: {a:?}"
+            );
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+    let st = subs
+        .get("charts")
+        .await
+        .expect("the Subscription")
+        .status
+        .unwrap_or_default();
+    let cond = st
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "FeedsResolved")
+        .expect("FeedsResolved");
+    assert_eq!(
+        (cond.status.as_str(), cond.reason.as_str()),
+        ("False", "HelmChartNotFound"),
+        "{cond:?}"
+    );
+
+    // a version that exists: every child upgrades
+    charts
+        .patch(
+            "db",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"version": "0.2.0"}})),
+        )
+        .await
+        .expect("a version the registry has");
+    for i in [1, 3] {
+        released(env, i, &db_ns, "db", 2, "hello-0.2.0").await;
+    }
+
+    // in use: deleting the HelmChart waits for its Subscription, the releases stay
+    charts
+        .delete("db", &DeleteParams::default())
+        .await
+        .expect("deleting the HelmChart");
+    let held = wait_for(
+        "the deletion held back",
+        Duration::from_secs(30),
+        || async {
+            let c = charts.get("db").await.map_err(|e| e.to_string())?;
+            c.annotations()
+                .get("apps.clusternet.io/feed-protection")
+                .cloned()
+                .ok_or_else(|| format!("finalizers {:?}", c.finalizers()))
+        },
+    )
+    .await;
+    assert!(
+        held.contains("HelmChart") && held.contains(&format!("{}/charts", ns.name)),
+        "{held}"
+    );
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    for i in [1, 3] {
+        let list = helm_list(env, i, &db_ns);
+        assert_eq!(
+            list.iter().map(|r| (r.1, r.2.as_str())).collect::<Vec<_>>(),
+            [(2, "deployed")],
+            "child{i}: the release of a held chart was touched"
+        );
+    }
+    assert!(
+        charts.get_opt("db").await.expect("reading").is_some(),
+        "the chart went while in use"
+    );
+    delete_and_wait_clean(env, &subs, &[1, 3], &[db_ns]).await;
+    wait_for(
+        "the HelmChart gone with its Subscription",
+        Duration::from_secs(30),
+        || async {
+            match charts.get_opt("db").await.map_err(|e| e.to_string())? {
+                None => Ok(()),
+                Some(c) => Err(format!("still there: {:?}", c.finalizers())),
+            }
+        },
     )
     .await;
 }

@@ -3,6 +3,14 @@
 //! it, and the result is written as Description `<base>-generic`. An unchanged Description is not
 //! rewritten. A rendering error (a broken patch, say) is reported as a Warning event on the Base
 //! and that object keeps its previously rendered form, so nothing is pruned by mistake.
+//!
+//! As upstream, a Base is rendered only when every feed can be: a feed that does not exist
+//! (`Nonexistent<Kind>`), a HelmChart whose chart or version the repository does not have
+//! (`HelmChartNotFound`) or that has not been looked up since its spec changed
+//! (`VerifyingHelmChart`) leaves the Descriptions as they are. So an application is never
+//! half-deployed, a feed that goes missing later removes nothing that already runs, and a chart
+//! version that does not exist never reaches a child (its HelmReleases stay at the last version
+//! found).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -252,6 +260,8 @@ fn description_labels(base: &Base) -> BTreeMap<String, String> {
 pub struct Problem {
     pub reason: String,
     pub message: String,
+    /// The Base cannot be rendered until this is resolved: its Descriptions stay as they are.
+    pub blocking: bool,
 }
 
 /// What the Base's feeds render to: the child objects, the charts, and the feeds that could not
@@ -281,9 +291,28 @@ pub struct Scope<'a> {
     pub cluster_labels: &'a [BTreeMap<String, String>],
 }
 
+impl Rendered {
+    /// Whether a feed keeps the whole Base from being rendered (see the module docs).
+    pub fn blocked(&self) -> bool {
+        self.problems.iter().any(|p| p.blocking)
+    }
+}
+
+/// Whether the HelmChart's status speaks for its current spec: the lookup recorded the
+/// generation it looked at (a status written without one, by an older controller, is taken as
+/// it is).
+pub fn chart_verified(chart: &HelmChart) -> bool {
+    chart.status.as_ref().is_some_and(|s| {
+        s.phase.is_some()
+            && s.observed_generation
+                .is_none_or(|g| Some(g) == chart.metadata.generation)
+    })
+}
+
 /// Renders every feed of `base` from its Manifests with the overrides that apply. A feed that
 /// fails to render keeps its object from `previous` (the Description's current raw objects), so
-/// nothing is pruned by mistake; a missing feed or a Helm chart is a problem, the rest still deploy.
+/// nothing is pruned by mistake; a missing feed, or a Helm chart not found or not verified yet,
+/// is a blocking problem (the caller then leaves the Descriptions as they are).
 #[allow(clippy::too_many_arguments)]
 pub fn render_feeds(
     base: &Base,
@@ -295,8 +324,12 @@ pub fn render_feeds(
 ) -> Rendered {
     let key = key(base);
     let mut out = Rendered::default();
-    let mut problem = |reason: String, message: String| {
-        out.problems.push(Problem { reason, message });
+    let mut problem = |reason: String, message: String, blocking: bool| {
+        out.problems.push(Problem {
+            reason,
+            message,
+            blocking,
+        });
     };
     let mut objects = Vec::new();
     let mut rendered_charts = Vec::new();
@@ -309,9 +342,39 @@ pub fn render_feeds(
                 problem(
                     "NonexistentHelmChart".into(),
                     format!("Base {key} is using a nonexistent {feed}"),
+                    true,
                 );
                 continue;
             };
+            if !chart_verified(chart) {
+                problem(
+                    "VerifyingHelmChart".into(),
+                    format!("HelmChart {}/{} is in verifying", feed.namespace, feed.name),
+                    true,
+                );
+                continue;
+            }
+            if let Some(status) = chart
+                .status
+                .as_ref()
+                .filter(|s| s.phase == Some(crate::apis::HelmChartPhase::NotFound))
+            {
+                problem(
+                    "HelmChartNotFound".into(),
+                    format!(
+                        "helm chart {}/{} is not found: {}; Base {key} keeps the last version found",
+                        feed.namespace,
+                        feed.name,
+                        if status.reason.is_empty() {
+                            "the repository does not have it"
+                        } else {
+                            status.reason.as_str()
+                        }
+                    ),
+                    true,
+                );
+                continue;
+            }
             let applicable = overrides::applicable_overrides(
                 scope.globalizations,
                 scope.localizations,
@@ -334,17 +397,21 @@ pub fn render_feeds(
                 Err(e) => problem(
                     "FailedApplyingOverrides".into(),
                     format!("rendering {feed} for {key}: {e}"),
+                    // a chart has no previous form to keep apart from its Description
+                    true,
                 ),
             }
             continue;
         }
         let found = feeds::find(feed, reserved_ns, manifests);
         if found.is_empty() {
-            // the other feeds still deploy; the Subscription's FeedsResolved condition and
-            // aggregated status say this one is missing, and its creation re-renders this Base
+            // nothing of the Base deploys until it exists (upstream's semantics: no half-deployed
+            // application); the Subscription's FeedsResolved condition names it, and its
+            // creation re-renders this Base
             problem(
                 format!("Nonexistent{}", feed.kind),
                 format!("Base {key} is using a nonexistent {feed}"),
+                true,
             );
             continue;
         }
@@ -368,6 +435,7 @@ pub fn render_feeds(
                     problem(
                         "FailedApplyingOverrides".into(),
                         format!("rendering {feed} for {key}: {e}"),
+                        false,
                     );
                     // keep what was deployed before for this object instead of pruning it
                     if let Some(prev) = previous.iter().find(|p| same_object(p, template)) {
@@ -622,6 +690,12 @@ async fn render(ctx: &Ctx, base: &Base) -> Result<Action, BaseError> {
         }
         ctx.events.warn(base, &p.reason, &p.message);
     }
+    if rendered.blocked() {
+        // the feed's creation, the chart's status or the override's fix re-renders this Base;
+        // the recheck is a safety net
+        debug!(base = %key, "not rendered: a feed cannot be deployed yet");
+        return Ok(recheck(Duration::from_secs(60)));
+    }
     let changes = plan_descriptions(
         base,
         &rendered.objects,
@@ -833,6 +907,99 @@ mod tests {
         assert_eq!(r.objects, vec![cm("a", "1")]);
         let reasons: Vec<&str> = r.problems.iter().map(|p| p.reason.as_str()).collect();
         assert_eq!(reasons, ["NonexistentConfigMap", "NonexistentHelmChart"]);
+    }
+
+    fn chart(generation: i64, status: Value) -> Arc<HelmChart> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "HelmChart",
+                "metadata": {"name": "h", "namespace": "demo", "uid": "chart-uid",
+                    "generation": generation},
+                "spec": {"repo": "oci://127.0.0.1:1/charts", "chart": "hello", "version": "0.2.0",
+                    "targetNamespace": "hello"},
+                "status": status}))
+            .expect("a HelmChart"),
+        )
+    }
+
+    #[test]
+    fn a_missing_feed_blocks_the_whole_base_and_overrides_that_fail_do_not() {
+        let b = base(json!([feed("ConfigMap", "a"), feed("ConfigMap", "gone")]));
+        let manifests = vec![manifest("ConfigMap", "a", cm("a", "1"))];
+        let r = render_feeds(
+            &b,
+            "clusternet-reserved",
+            &manifests,
+            &[],
+            &no_overrides(),
+            &[],
+        );
+        assert!(r.blocked(), "{:?}", r.problems);
+        assert_eq!(
+            r.problems[0].message,
+            "Base clusternet-a/app-x1 is using a nonexistent ConfigMap demo/gone"
+        );
+        // every feed there: nothing blocks
+        let b = base(json!([feed("ConfigMap", "a")]));
+        let r = render_feeds(
+            &b,
+            "clusternet-reserved",
+            &manifests,
+            &[],
+            &no_overrides(),
+            &[],
+        );
+        assert!(!r.blocked() && r.problems.is_empty(), "{:?}", r.problems);
+    }
+
+    #[test]
+    fn a_chart_not_found_or_not_yet_looked_up_blocks_the_base() {
+        let b = base(json!([feed("ConfigMap", "a"), feed("HelmChart", "h")]));
+        let manifests = vec![manifest("ConfigMap", "a", cm("a", "1"))];
+        let render = |c: Arc<HelmChart>| {
+            render_feeds(
+                &b,
+                "clusternet-reserved",
+                &manifests,
+                &[c],
+                &no_overrides(),
+                &[],
+            )
+        };
+        let reasons = |r: &Rendered| {
+            r.problems
+                .iter()
+                .map(|p| (p.reason.clone(), p.blocking))
+                .collect::<Vec<_>>()
+        };
+        // the version the registry does not have: upstream's HelmChartNotFound, with its reason
+        let r = render(chart(
+            3,
+            json!({"phase": "NotFound", "reason": "not found a version matched 0.2.0", "observedGeneration": 3}),
+        ));
+        assert_eq!(reasons(&r), [("HelmChartNotFound".to_string(), true)]);
+        assert!(
+            r.problems[0]
+                .message
+                .contains("not found a version matched 0.2.0"),
+            "{}",
+            r.problems[0].message
+        );
+        // not looked up since the spec changed (the status is the previous version's): waits
+        let r = render(chart(4, json!({"phase": "Found", "observedGeneration": 3})));
+        assert_eq!(reasons(&r), [("VerifyingHelmChart".to_string(), true)]);
+        // never looked up: waits
+        let r = render(chart(1, json!({})));
+        assert_eq!(reasons(&r), [("VerifyingHelmChart".to_string(), true)]);
+        // found for this generation, or by a controller that records no generation: renders
+        for status in [
+            json!({"phase": "Found", "observedGeneration": 4}),
+            json!({"phase": "Found"}),
+        ] {
+            let r = render(chart(4, status));
+            assert!(!r.blocked(), "{:?}", r.problems);
+            assert_eq!(r.charts.len(), 1);
+        }
     }
 
     #[test]

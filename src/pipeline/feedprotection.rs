@@ -1,37 +1,79 @@
-//! Feed-in-use protection (gate `FeedInUseProtection`, docs/spec/deployer.md §6): every Manifest
-//! carries the `apps.clusternet.io/feed-protection` finalizer, and deleting a Manifest that a
-//! Subscription still uses as a feed is held back: the Manifest says which Subscriptions hold it
+//! Feed-in-use protection (gate `FeedInUseProtection`, docs/spec/deployer.md §6): every feed a
+//! Subscription can name, a Manifest (the shadow API's objects) or a HelmChart, carries the
+//! `apps.clusternet.io/feed-protection` finalizer, as upstream puts it on both, and deleting one
+//! that a Subscription still uses is held back: the object says which Subscriptions hold it
 //! (annotation `apps.clusternet.io/feed-protection`, also shown by the shadow API, and a Warning
-//! event `FeedInUse`) and goes once the last of them is deleted or no longer lists it. Without
-//! the gate the finalizer is released, so nothing stays blocked.
+//! event `FeedInUse`) and goes once the last of them is deleted or no longer lists it. While it is
+//! held it still exists, so what runs in the children from it stays as it is (a Helm release is
+//! not uninstalled). Without the gate the finalizer is released, so nothing stays blocked.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use kube::ResourceExt;
+use k8s_openapi::NamespaceResourceScope;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use super::feeds;
 use crate::apis::known;
-use crate::apis::{Manifest, Subscription};
+use crate::apis::{HelmChart, Manifest, Subscription};
+use crate::runtime::cache::Shared;
 use crate::runtime::events::Events;
 use crate::runtime::{Runtime, api_code};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProtectionError {
-    #[error("Manifest {manifest}: {what}: {source}")]
+    #[error("{kind} {object}: {what}: {source}")]
     Api {
-        manifest: String,
+        kind: &'static str,
+        object: String,
         what: &'static str,
         #[source]
         source: kube::Error,
     },
+}
+
+/// A kind a Subscription can name as a feed.
+pub trait ProtectedFeed:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + Clone
+    + std::fmt::Debug
+    + serde::de::DeserializeOwned
+    + serde::Serialize
+    + Send
+    + Sync
+    + 'static
+{
+    /// The controller's name (metrics, logs).
+    const CONTROLLER: &'static str;
+    /// The kind, in errors and logs.
+    const KIND: &'static str;
+    /// The labels a Subscription's feed is matched against ([`feeds::matches`]).
+    fn feed_labels(&self) -> BTreeMap<String, String>;
+}
+
+impl ProtectedFeed for Manifest {
+    const CONTROLLER: &'static str = "feedprotection";
+    const KIND: &'static str = "Manifest";
+    fn feed_labels(&self) -> BTreeMap<String, String> {
+        self.labels().clone()
+    }
+}
+
+impl ProtectedFeed for HelmChart {
+    const CONTROLLER: &'static str = "feedprotection-helmchart";
+    const KIND: &'static str = "HelmChart";
+    /// Computed rather than read: a chart created a moment ago may not carry its labels yet.
+    fn feed_labels(&self) -> BTreeMap<String, String> {
+        super::helmchart::feed_labels(self)
+    }
 }
 
 struct Ctx {
@@ -41,13 +83,32 @@ struct Ctx {
 }
 
 pub async fn run(rt: Runtime, stop: CancellationToken) {
-    let manifests = rt.cache.watch::<Manifest>();
     let subs = rt.cache.watch::<Subscription>();
     if !subs.ready_until(&stop).await {
         return;
     }
-    // a Subscription that goes away (or drops a feed) may release a Manifest being deleted
-    let deleting = super::index::manifests_deleting(&manifests);
+    let ctx = Arc::new(Ctx {
+        events: Events::new(
+            rt.events_client.clone(),
+            known::CLUSTERNET_CONTROLLER_MANAGER_NAME,
+        ),
+        subscriptions: subs.store.clone(),
+        rt,
+    });
+    tokio::join!(
+        protect::<Manifest>(ctx.clone(), &subs, stop.clone()),
+        protect::<HelmChart>(ctx, &subs, stop),
+    );
+}
+
+async fn protect<K: ProtectedFeed>(
+    ctx: Arc<Ctx>,
+    subs: &Shared<Subscription>,
+    stop: CancellationToken,
+) {
+    let objects = ctx.rt.cache.watch::<K>();
+    // a Subscription that goes away (or drops a feed) may release a feed being deleted
+    let deleting = super::index::deleting(&objects);
     let also = subs.subscribe().flat_map(move |_| {
         futures::stream::iter(
             deleting
@@ -57,32 +118,20 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
                 .collect::<Vec<_>>(),
         )
     });
-    let ctx = Arc::new(Ctx {
-        events: Events::new(
-            rt.events_client.clone(),
-            known::CLUSTERNET_CONTROLLER_MANAGER_NAME,
-        ),
-        rt,
-        subscriptions: subs.store.clone(),
-    });
-    crate::runtime::controller::run_with("feedprotection", manifests, 4, stop, also, move |m| {
+    crate::runtime::controller::run_with(K::CONTROLLER, objects, 4, stop, also, move |o| {
         let ctx = ctx.clone();
-        async move { reconcile(&ctx, m).await }
+        async move { reconcile(&ctx, o).await }
     })
     .await;
 }
 
-/// The Subscriptions (`namespace/name`, sorted) that use the Manifest as a feed.
-pub fn holders(manifest: &Manifest, subs: &[Arc<Subscription>]) -> Vec<String> {
+/// The Subscriptions (`namespace/name`, sorted) that use `feed`.
+pub fn holders<K: ProtectedFeed>(feed: &K, subs: &[Arc<Subscription>]) -> Vec<String> {
+    let labels = feed.feed_labels();
     let mut out: Vec<String> = subs
         .iter()
         .filter(|s| s.metadata.deletion_timestamp.is_none())
-        .filter(|s| {
-            s.spec
-                .feeds
-                .iter()
-                .any(|f| feeds::matches(f, manifest.labels()))
-        })
+        .filter(|s| s.spec.feeds.iter().any(|f| feeds::matches(f, &labels)))
         .map(|s| format!("{}/{}", s.namespace().unwrap_or_default(), s.name_any()))
         .collect();
     out.sort();
@@ -90,36 +139,48 @@ pub fn holders(manifest: &Manifest, subs: &[Arc<Subscription>]) -> Vec<String> {
 }
 
 /// Upstream's annotation text for a feed whose deletion is held back.
-pub fn blocked_message(manifest: &Manifest, holders: &[String]) -> String {
-    let kind = manifest
-        .labels()
+pub fn blocked_message<K: ProtectedFeed>(feed: &K, holders: &[String]) -> String {
+    let kind = feed
+        .feed_labels()
         .get(known::CONFIG_KIND_LABEL)
         .cloned()
-        .unwrap_or_else(|| "Manifest".into());
+        .unwrap_or_else(|| K::KIND.to_string());
     format!(
         "block deleting current {kind} until all Subscriptions (including {}) that refer this as a feed get deleted",
         holders.join(", ")
     )
 }
 
-fn key(m: &Manifest) -> String {
-    format!("{}/{}", m.namespace().unwrap_or_default(), m.name_any())
+fn key(o: &impl ResourceExt) -> String {
+    format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any())
 }
 
-async fn reconcile(ctx: &Ctx, m: Arc<Manifest>) -> Result<Action, ProtectionError> {
-    let api: Api<Manifest> =
-        Api::namespaced(ctx.rt.client.clone(), &m.namespace().unwrap_or_default());
-    let has = m
+fn api_error<K: ProtectedFeed>(
+    o: &K,
+    what: &'static str,
+) -> impl FnOnce(kube::Error) -> ProtectionError {
+    let object = key(o);
+    move |source| ProtectionError::Api {
+        kind: K::KIND,
+        object,
+        what,
+        source,
+    }
+}
+
+async fn reconcile<K: ProtectedFeed>(ctx: &Ctx, o: Arc<K>) -> Result<Action, ProtectionError> {
+    let api: Api<K> = Api::namespaced(ctx.rt.client.clone(), &o.namespace().unwrap_or_default());
+    let has = o
         .finalizers()
         .iter()
         .any(|f| f == known::FEED_PROTECTION_FINALIZER);
     let gate = ctx.rt.config.gate(known::FEED_IN_USE_PROTECTION);
-    let deleting = m.metadata.deletion_timestamp.is_some();
+    let deleting = o.meta().deletion_timestamp.is_some();
     if !deleting {
         if gate && !has {
-            let mut fins = m.finalizers().to_vec();
+            let mut fins = o.finalizers().to_vec();
             fins.push(known::FEED_PROTECTION_FINALIZER.to_string());
-            patch_finalizers(&api, &m, fins).await?;
+            patch_finalizers(&api, o.as_ref(), fins).await?;
         }
         return Ok(Action::await_change());
     }
@@ -127,73 +188,71 @@ async fn reconcile(ctx: &Ctx, m: Arc<Manifest>) -> Result<Action, ProtectionErro
         return Ok(Action::await_change());
     }
     let mut holders = if gate {
-        holders(&m, &ctx.subscriptions.state())
+        holders(o.as_ref(), &ctx.subscriptions.state())
     } else {
         Vec::new()
     };
     if gate && holders.is_empty() {
         // Releasing the finalizer deletes the user's feed for good, so the cache's "nobody holds
         // it" is confirmed by a fresh read: a Subscription created a moment ago may not have
-        // reached the watch yet (the Manifest's deletion can overtake it on its own stream).
-        holders = live_holders(ctx, &m).await?;
+        // reached the watch yet (the feed's deletion can overtake it on its own stream).
+        holders = live_holders(ctx, o.as_ref()).await?;
     }
     if holders.is_empty() {
-        let fins = m
+        let fins = o
             .finalizers()
             .iter()
             .filter(|f| *f != known::FEED_PROTECTION_FINALIZER)
             .cloned()
             .collect();
-        patch_finalizers(&api, &m, fins).await?;
-        info!(manifest = %key(&m), "no Subscription uses it any more: deletion proceeds");
+        patch_finalizers(&api, o.as_ref(), fins).await?;
+        info!(kind = K::KIND, object = %key(o.as_ref()), "no Subscription uses it any more: deletion proceeds");
         return Ok(Action::await_change());
     }
-    let message = blocked_message(&m, &holders);
-    if m.annotations().get(known::FEED_PROTECTION_ANNOTATION) != Some(&message) {
+    let message = blocked_message(o.as_ref(), &holders);
+    if o.annotations().get(known::FEED_PROTECTION_ANNOTATION) != Some(&message) {
         let patch =
             json!({"metadata": {"annotations": {known::FEED_PROTECTION_ANNOTATION: message}}});
         api.patch(
-            &m.name_any(),
+            &o.name_any(),
             &PatchParams::default(),
             &Patch::Merge(&patch),
         )
         .await
-        .map_err(|source| ProtectionError::Api {
-            manifest: key(&m),
-            what: "writing the feed-protection annotation",
-            source,
-        })?;
-        ctx.events.warn(m.as_ref(), "FeedInUse", &message);
+        .map_err(api_error(
+            o.as_ref(),
+            "writing the feed-protection annotation",
+        ))?;
+        ctx.events.warn(o.as_ref(), "FeedInUse", &message);
     }
     // the Subscriptions' changes re-trigger this; the requeue is a safety net
     Ok(Action::requeue(Duration::from_secs(60)))
 }
 
 /// [`holders`] over a quorum read of every Subscription (rare: only when a held feed is about to go).
-async fn live_holders(ctx: &Ctx, m: &Manifest) -> Result<Vec<String>, ProtectionError> {
+async fn live_holders<K: ProtectedFeed>(ctx: &Ctx, o: &K) -> Result<Vec<String>, ProtectionError> {
     let subs = Api::<Subscription>::all(ctx.rt.client.clone())
         .list(&Default::default())
         .await
-        .map_err(|source| ProtectionError::Api {
-            manifest: key(m),
-            what: "listing the Subscriptions that may still use it",
-            source,
-        })?;
+        .map_err(api_error(
+            o,
+            "listing the Subscriptions that may still use it",
+        ))?;
     let subs: Vec<Arc<Subscription>> = subs.items.into_iter().map(Arc::new).collect();
-    Ok(holders(m, &subs))
+    Ok(holders(o, &subs))
 }
 
-async fn patch_finalizers(
-    api: &Api<Manifest>,
-    m: &Manifest,
+async fn patch_finalizers<K: ProtectedFeed>(
+    api: &Api<K>,
+    o: &K,
     finalizers: Vec<String>,
 ) -> Result<(), ProtectionError> {
     // the resourceVersion makes it a compare-and-swap: another writer's finalizer is never lost
     let patch =
-        json!({"metadata": {"finalizers": finalizers, "resourceVersion": m.resource_version()}});
+        json!({"metadata": {"finalizers": finalizers, "resourceVersion": o.resource_version()}});
     match api
         .patch(
-            &m.name_any(),
+            &o.name_any(),
             &PatchParams::default(),
             &Patch::Merge(&patch),
         )
@@ -201,11 +260,7 @@ async fn patch_finalizers(
     {
         Ok(_) => Ok(()),
         Err(e) if api_code(&e) == Some(404) => Ok(()),
-        Err(source) => Err(ProtectionError::Api {
-            manifest: key(m),
-            what: "updating its finalizers",
-            source,
-        }),
+        Err(source) => Err(api_error(o, "updating its finalizers")(source)),
     }
 }
 

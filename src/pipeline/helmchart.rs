@@ -79,16 +79,18 @@ pub fn feed_labels(c: &HelmChart) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// The status a lookup's result gives (§7.1).
-pub fn status_of(found: &Result<String, String>) -> HelmChartStatus {
+/// The status a lookup's result gives (§7.1), for the spec of `generation`.
+pub fn status_of(found: &Result<String, String>, generation: Option<i64>) -> HelmChartStatus {
     match found {
         Ok(_) => HelmChartStatus {
             phase: Some(HelmChartPhase::Found),
             reason: String::new(),
+            observed_generation: generation,
         },
         Err(reason) => HelmChartStatus {
             phase: Some(HelmChartPhase::NotFound),
             reason: reason.clone(),
+            observed_generation: generation,
         },
     }
 }
@@ -148,7 +150,7 @@ async fn reconcile(ctx: &Ctx, chart: Arc<HelmChart>) -> Result<Action, HelmChart
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .insert(k.clone(), (chart.metadata.generation, Instant::now()));
-    let status = status_of(&found);
+    let status = status_of(&found, chart.metadata.generation);
     if chart.status.as_ref() != Some(&status) {
         match &found {
             Ok(version) => info!(chart = %k, %version, "chart found"),
@@ -157,7 +159,10 @@ async fn reconcile(ctx: &Ctx, chart: Arc<HelmChart>) -> Result<Action, HelmChart
         api.patch_status(
             &chart.name_any(),
             &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"phase": status.phase, "reason": status.reason}})),
+            &Patch::Merge(
+                json!({"status": {"phase": status.phase, "reason": status.reason,
+                "observedGeneration": status.observed_generation}}),
+            ),
         )
         .await
         .map_err(err("writing its status"))?;
@@ -203,14 +208,15 @@ mod tests {
         assert_eq!(l[known::CONFIG_GROUP_LABEL], "apps.clusternet.io");
         assert_eq!(l[known::CONFIG_NAMESPACE_LABEL], "default");
         assert_eq!(
-            status_of(&Err("nope".into())),
+            status_of(&Err("nope".into()), Some(2)),
             HelmChartStatus {
                 phase: Some(HelmChartPhase::NotFound),
-                reason: "nope".into()
+                reason: "nope".into(),
+                observed_generation: Some(2),
             }
         );
         assert_eq!(
-            status_of(&Ok("1".into())).phase,
+            status_of(&Ok("1".into()), Some(1)).phase,
             Some(HelmChartPhase::Found)
         );
     }

@@ -70,10 +70,10 @@ pub fn manifests_by_feed(s: &Shared<Manifest>) -> Index<Manifest> {
     })
 }
 
-/// Manifests whose deletion is under way (held by the feed-protection finalizer).
-pub fn manifests_deleting(s: &Shared<Manifest>) -> Index<Manifest> {
+/// Objects whose deletion is under way (feeds held by the feed-protection finalizer).
+pub fn deleting<K: kube::Resource<DynamicType = ()> + Clone + 'static>(s: &Shared<K>) -> Index<K> {
     s.index("deleting", |m| {
-        if m.metadata.deletion_timestamp.is_some() {
+        if m.meta().deletion_timestamp.is_some() {
             vec![String::new()]
         } else {
             Vec::new()

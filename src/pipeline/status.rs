@@ -210,9 +210,13 @@ pub fn feed_problem(
                 ),
             )),
             Some(c) => match c.status.as_ref() {
-                Some(st) if st.phase == Some(HelmChartPhase::NotFound) => {
-                    Some(("ChartNotFound", format!("feed {feed}: {}", st.reason)))
-                }
+                Some(st) if st.phase == Some(HelmChartPhase::NotFound) => Some((
+                    "HelmChartNotFound",
+                    format!(
+                        "feed {feed}: {} (what was deployed from it before keeps running)",
+                        st.reason
+                    ),
+                )),
                 _ => None,
             },
         };
@@ -346,20 +350,21 @@ pub fn feed_details(
     details
 }
 
-/// One feed's aggregated status: its details and their sum. A feed with a problem runs nowhere,
-/// so it is never reported available.
+/// One feed's aggregated status: its details and their sum. A feed that does not exist
+/// (`missing`) is never reported available; a HelmChart whose new version is not found is
+/// reported as what runs (its release stays at the last version found).
 pub fn summarize(
     feed: &Feed,
     mut details: Vec<FeedStatusPerCluster>,
-    problem: bool,
+    missing: bool,
 ) -> AggregatedStatus {
-    if problem {
+    if missing {
         for d in &mut details {
             d.feed_status.available = false;
         }
     }
     let mut summary = FeedStatus {
-        available: !problem && details.iter().all(|d| d.feed_status.available),
+        available: !missing && details.iter().all(|d| d.feed_status.available),
         ..Default::default()
     };
     for d in &details {
@@ -423,7 +428,13 @@ pub fn plan_status(
         .iter()
         .zip(details)
         .zip(&problems)
-        .map(|((feed, details), problem)| summarize(feed, details, problem.is_some()))
+        .map(|((feed, details), problem)| {
+            summarize(
+                feed,
+                details,
+                problem.as_ref().is_some_and(|(r, _)| *r == "FeedNotFound"),
+            )
+        })
         .collect();
     let condition = feeds_resolved_condition(&problems, &status.conditions, now);
     let previous = status

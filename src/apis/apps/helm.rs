@@ -211,6 +211,11 @@ pub struct HelmChartStatus {
     /// Reason explains the phase.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub reason: String,
+
+    /// The generation of the spec the phase was found for (beyond upstream): until it is the
+    /// current one, a changed chart or version has not been looked up yet and is not deployed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
 }
 
 // ---------------------------------------------------------------------------------------------
