@@ -1,8 +1,11 @@
 //! Heartbeat: the agent collects the child's state every collect period and writes it into its
 //! ManagedCluster's status (docs/spec/status.md §2-§5): versions, health endpoints, node
-//! statistics, capacity, CIDRs, gates, predictor fields and the `Ready` condition. It writes when
-//! something changed, or when a heartbeat is due, never in between. Node labels with the
-//! configured prefixes are aggregated onto the ManagedCluster's labels.
+//! statistics, capacity, CIDRs, gates, predictor fields and the `Ready` condition. It writes at
+//! the update frequency it advertises (from the last state collected, as upstream's reporter),
+//! and at once when something changed, never in between. A child API server that stops
+//! answering is reported (`Ready=False`, `ChildAPIServerUnreachable`) within the renew deadline,
+//! and the heartbeat goes on meanwhile. Node labels with the configured prefixes are aggregated
+//! onto the ManagedCluster's labels.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -14,13 +17,14 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 use serde_json::json;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::registration::Registration;
 use crate::apis::clusters::{
-    CONDITION_READY, MESSAGE_MANAGED_CLUSTER_READY, REASON_MANAGED_CLUSTER_NOT_READY,
-    REASON_MANAGED_CLUSTER_READY, merge_conditions,
+    CONDITION_READY, MESSAGE_MANAGED_CLUSTER_READY, REASON_CHILD_APISERVER_UNREACHABLE,
+    REASON_MANAGED_CLUSTER_NOT_READY, REASON_MANAGED_CLUSTER_READY, merge_conditions,
 };
 use crate::apis::known;
 use crate::apis::{ManagedCluster, ManagedClusterStatus, NodeStatistics};
@@ -43,7 +47,35 @@ pub enum HeartbeatEnd {
     },
 }
 
+/// Whether the child's API server answers (any HTTP answer counts, a failing health check too).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reach {
+    Answering,
+    /// No answer since `since` (the last one), for at least the renew deadline.
+    Silent {
+        since: Timestamp,
+        error: String,
+    },
+}
+
+/// What the reachability probe publishes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reachability {
+    pub reach: Reach,
+    /// How many times the child answered again after a silence: a collection started before the
+    /// latest return saw the stall (see [`SilenceMemory`]).
+    pub recoveries: u64,
+}
+
 /// Runs until `stop` (Ok) or until the parent side is gone (Err: the caller registers again).
+///
+/// Three loops, so that the child never holds up the heartbeat: the child's state is collected
+/// every `--cluster-status-collect-frequency`; whether its API server answers at all is probed
+/// every second; the heartbeat writes the last collected state every
+/// `--cluster-status-update-frequency` (the period it advertises in `heartbeatFrequencySeconds`,
+/// whatever the collect frequency: upstream's reporter works the same way), and at once when
+/// the state changes. A child API server that does not answer for the renew deadline makes the
+/// heartbeat say `Ready=False` (`ChildAPIServerUnreachable`) instead of going silent.
 pub async fn run(
     rt: &Runtime,
     reg: &Registration,
@@ -59,44 +91,247 @@ pub async fn run(
         .cluster_status_update_frequency
         .max(Duration::from_secs(1));
     let api: Api<ManagedCluster> = Api::namespaced(reg.parent.clone(), &reg.namespace);
+    let looking = stop.child_token();
+    let _stop_looking = looking.clone().drop_guard();
+    let (reach_tx, mut reach) = watch::channel(Reachability {
+        reach: Reach::Answering,
+        recoveries: 0,
+    });
+    let (collected_tx, mut collected) = watch::channel(None::<Collected>);
+    tokio::spawn(probe_reachability(
+        rt.client.clone(),
+        rt.cluster_url.clone(),
+        cfg.leader_elect_renew_deadline,
+        collect_every.min(PROBE_EVERY),
+        reach_tx,
+        looking.clone(),
+    ));
+    tokio::spawn(collect_loop(
+        rt.clone(),
+        nodes.clone(),
+        predictor,
+        collect_every,
+        collected_tx,
+        reach.clone(),
+        looking,
+    ));
     let mut last_written: Option<(ManagedClusterStatus, Instant)> = None;
+    let mut retry_at: Option<Instant> = None;
     let mut missing_since: Option<Instant> = None;
-    let mut health = HealthWindow::default();
+    let mut silence = SilenceMemory::default();
     loop {
-        let snapshot = collect(rt, &nodes, predictor, &mut health).await;
-        let due = match &last_written {
-            None => true,
-            Some((prev, at)) => at.elapsed() >= heartbeat_every || !same_state(prev, &snapshot),
-        };
-        if due {
-            match write(rt, reg, &api, &nodes, snapshot.clone()).await {
-                Ok(()) => {
-                    missing_since = None;
-                    last_written = Some((snapshot, Instant::now()));
-                    metrics::counter!("clusternet_agent_heartbeats_total", "outcome" => "written")
-                        .increment(1);
-                }
-                Err(WriteError::Unauthorized) => return Err(HeartbeatEnd::CredentialsRejected),
-                Err(WriteError::Missing) => {
-                    // the approver may still be creating it right after approval; give it a moment
-                    let since = *missing_since.get_or_insert_with(Instant::now);
-                    if since.elapsed() > Duration::from_secs(30) {
-                        return Err(HeartbeatEnd::ClusterDeleted {
-                            cluster_id: reg.cluster_id.clone(),
-                            namespace: reg.namespace.clone(),
-                        });
+        let now_reach = reach.borrow_and_update().clone();
+        let snapshot = collected.borrow_and_update().clone().map(|c| {
+            let reach = silence.as_reported(&now_reach, c.recoveries);
+            with_reachability(c.status, &reach)
+        });
+        if let Some(snapshot) = snapshot {
+            let due = match &last_written {
+                None => true,
+                Some((prev, at)) => at.elapsed() >= heartbeat_every || !same_state(prev, &snapshot),
+            } && retry_at.is_none_or(|at| Instant::now() >= at);
+            if due {
+                match write(rt, reg, &api, &nodes, snapshot.clone()).await {
+                    Ok(()) => {
+                        missing_since = None;
+                        retry_at = None;
+                        last_written = Some((snapshot, Instant::now()));
+                        metrics::counter!("clusternet_agent_heartbeats_total", "outcome" => "written")
+                            .increment(1);
+                    }
+                    Err(WriteError::Unauthorized) => return Err(HeartbeatEnd::CredentialsRejected),
+                    Err(WriteError::Missing) => {
+                        // the approver may still be creating it right after approval; give it a moment
+                        let since = *missing_since.get_or_insert_with(Instant::now);
+                        if since.elapsed() > Duration::from_secs(30) {
+                            return Err(HeartbeatEnd::ClusterDeleted {
+                                cluster_id: reg.cluster_id.clone(),
+                                namespace: reg.namespace.clone(),
+                            });
+                        }
+                        retry_at = Some(Instant::now() + WRITE_RETRY.min(heartbeat_every));
+                    }
+                    Err(WriteError::Other(e)) => {
+                        metrics::counter!("clusternet_agent_heartbeats_total", "outcome" => "error")
+                            .increment(1);
+                        warn!(error = %e, "writing the cluster status failed; retrying");
+                        retry_at = Some(Instant::now() + WRITE_RETRY.min(heartbeat_every));
                     }
                 }
-                Err(WriteError::Other(e)) => {
-                    metrics::counter!("clusternet_agent_heartbeats_total", "outcome" => "error")
-                        .increment(1);
-                    warn!(error = %e, "writing the cluster status failed; retrying next period");
+            }
+        }
+        let next = match (&last_written, retry_at) {
+            (_, Some(at)) => at,
+            (Some((_, at)), None) => *at + heartbeat_every,
+            // nothing collected yet: the first collection wakes us
+            (None, None) => Instant::now() + heartbeat_every,
+        };
+        tokio::select! {
+            _ = stop.cancelled() => return Ok(()),
+            _ = tokio::time::sleep_until(next.into()) => {}
+            _ = collected.changed() => {}
+            _ = reach.changed() => {}
+        }
+    }
+}
+
+/// One collection of the child's state, and how many times the child had come back from a
+/// silence when it started.
+#[derive(Debug, Clone)]
+struct Collected {
+    recoveries: u64,
+    status: ManagedClusterStatus,
+}
+
+/// What the heartbeat remembers of the last silence: a collection that started before the child
+/// answered again saw the stall, or predates it (its health probes may pass, through the health
+/// window's hysteresis, and its `Ready` would date the recovery before the child answered), so it
+/// is reported as the silence it was until a collection started after the child answered comes
+/// in (the collector starts one at once).
+#[derive(Debug, Default)]
+pub struct SilenceMemory {
+    last: Option<Reach>,
+}
+
+impl SilenceMemory {
+    /// The reachability to report with a collection started after `recoveries` returns, the
+    /// probe saying `now`.
+    pub fn as_reported(&mut self, now: &Reachability, recoveries: u64) -> Reach {
+        match (&now.reach, &self.last) {
+            (Reach::Silent { .. }, _) => {
+                self.last = Some(now.reach.clone());
+                now.reach.clone()
+            }
+            (Reach::Answering, Some(silent)) if recoveries < now.recoveries => silent.clone(),
+            (Reach::Answering, _) => {
+                self.last = None;
+                Reach::Answering
+            }
+        }
+    }
+}
+
+/// How often the child's API server is asked whether it answers (less often when the collect
+/// frequency is longer than this; the tests' is shorter).
+const PROBE_EVERY: Duration = Duration::from_secs(1);
+/// How long one reachability probe may take.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How soon a heartbeat that could not be written is tried again.
+const WRITE_RETRY: Duration = Duration::from_secs(2);
+
+/// The snapshot as the heartbeat reports it: with a silent child API server, `Ready=False`
+/// (`ChildAPIServerUnreachable`) and failed health probes, whatever the last collection saw.
+pub fn with_reachability(mut s: ManagedClusterStatus, reach: &Reach) -> ManagedClusterStatus {
+    if let Reach::Silent { since, error } = reach {
+        s.healthz = false;
+        s.livez = false;
+        s.readyz = false;
+        let message = format!(
+            "the child cluster's API server has not answered since {since} ({error}); the agent keeps heartbeating and reports Ready as soon as it answers"
+        );
+        s.conditions = vec![Condition {
+            type_: CONDITION_READY.into(),
+            status: "False".into(),
+            reason: REASON_CHILD_APISERVER_UNREACHABLE.into(),
+            message,
+            last_transition_time: Time(*since),
+            observed_generation: None,
+        }];
+    }
+    s
+}
+
+/// Probes the child's API server every `every` until `stop`, publishing whether it answers: silent
+/// once it has not answered for `threshold` (the renew deadline: the agent would have lost a
+/// Lease there by then), answering again at its first answer.
+async fn probe_reachability(
+    client: Client,
+    url: String,
+    threshold: Duration,
+    every: Duration,
+    reach: watch::Sender<Reachability>,
+    stop: CancellationToken,
+) {
+    let mut last_answer = (Instant::now(), Timestamp::now());
+    loop {
+        let outcome = match http::Request::get("/livez").body(Vec::new()) {
+            Ok(req) => match tokio::time::timeout(PROBE_TIMEOUT, client.request_text(req)).await {
+                // a status code is an answer: unhealthy is the health probes' business
+                Ok(Ok(_) | Err(kube::Error::Api(_))) => Ok(()),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(_) => Err(format!("no answer within {PROBE_TIMEOUT:?}")),
+            },
+            Err(e) => Err(e.to_string()),
+        };
+        match outcome {
+            Ok(()) => {
+                last_answer = (Instant::now(), Timestamp::now());
+                reach.send_if_modified(|r| {
+                    if r.reach == Reach::Answering {
+                        return false;
+                    }
+                    info!(url = %url, "the child's API server answers again");
+                    r.reach = Reach::Answering;
+                    r.recoveries += 1;
+                    true
+                });
+            }
+            Err(error) => {
+                if last_answer.0.elapsed() >= threshold {
+                    reach.send_if_modified(|r| {
+                        if r.reach != Reach::Answering {
+                            return false;
+                        }
+                        warn!(url = %url, %error, silent_for = ?last_answer.0.elapsed(), "the child's API server does not answer; reporting it to the parent");
+                        r.reach = Reach::Silent {
+                            since: last_answer.1,
+                            error,
+                        };
+                        true
+                    });
                 }
             }
         }
         tokio::select! {
-            _ = stop.cancelled() => return Ok(()),
-            _ = tokio::time::sleep(collect_every) => {}
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(every) => {}
+        }
+    }
+}
+
+/// Collects the child's state every `every` until `stop` (at once when its API server answers
+/// again, so a recovered child is reported Ready within seconds, not a collect period later).
+async fn collect_loop(
+    rt: Runtime,
+    nodes: Store<Node>,
+    predictor: Option<std::net::SocketAddr>,
+    every: Duration,
+    out: watch::Sender<Option<Collected>>,
+    mut reach: watch::Receiver<Reachability>,
+    stop: CancellationToken,
+) {
+    let mut health = HealthWindow::default();
+    loop {
+        let recoveries = reach.borrow_and_update().recoveries;
+        let status = tokio::select! {
+            _ = stop.cancelled() => return,
+            s = collect(&rt, &nodes, predictor, &mut health) => s,
+        };
+        out.send_replace(Some(Collected { recoveries, status }));
+        let until = tokio::time::Instant::now() + every;
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep_until(until) => break,
+                changed = reach.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    if reach.borrow_and_update().reach == Reach::Answering {
+                        break;
+                    }
+                }
+            }
         }
     }
 }
@@ -593,6 +828,84 @@ mod tests {
         assert_eq!(
             ready_condition(false, Time(Timestamp::UNIX_EPOCH)).status,
             "False"
+        );
+    }
+
+    #[test]
+    fn a_silent_child_api_server_is_reported_not_ready_from_its_last_answer() {
+        let mut collected = ManagedClusterStatus {
+            healthz: true,
+            livez: true,
+            readyz: true,
+            conditions: vec![ready_condition(true, Time(Timestamp::UNIX_EPOCH))],
+            ..Default::default()
+        };
+        collected.k8s_version = "v1.36.3".into();
+        // answering: reported as collected
+        assert_eq!(
+            with_reachability(collected.clone(), &Reach::Answering),
+            collected
+        );
+        let since: Timestamp = "2026-12-07T04:00:00Z".parse().expect("a time");
+        let silent = Reach::Silent {
+            since,
+            error: "no answer within 2s".into(),
+        };
+        let reported = with_reachability(collected.clone(), &silent);
+        let ready = reported.condition("Ready").expect("Ready");
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", REASON_CHILD_APISERVER_UNREACHABLE)
+        );
+        assert_eq!(ready.last_transition_time, Time(since));
+        assert!(
+            ready.message.contains("2026-12-07T04:00:00Z")
+                && ready.message.contains("no answer within 2s"),
+            "{}",
+            ready.message
+        );
+        assert!(!reported.healthz && !reported.livez && !reported.readyz);
+        // the rest of what was collected still goes up, and the change is a state change (written
+        // at once, not at the next period)
+        assert_eq!(reported.k8s_version, "v1.36.3");
+        assert!(!same_state(&collected, &reported));
+        // the same silence reported twice is the same state (no write per probe)
+        assert!(same_state(
+            &reported,
+            &with_reachability(collected, &silent)
+        ));
+    }
+
+    #[test]
+    fn a_collection_from_before_the_child_answered_again_is_reported_as_the_silence() {
+        let silent = Reach::Silent {
+            since: Timestamp::UNIX_EPOCH,
+            error: "no answer".into(),
+        };
+        let at = |reach: &Reach, recoveries| Reachability {
+            reach: reach.clone(),
+            recoveries,
+        };
+        let mut memory = SilenceMemory::default();
+        // never silent: as the probe says
+        assert_eq!(
+            memory.as_reported(&at(&Reach::Answering, 0), 0),
+            Reach::Answering
+        );
+        // silent: reported so whatever the collection
+        assert_eq!(memory.as_reported(&at(&silent, 0), 0), silent);
+        // answering again: a collection from before (during the stall, or before it began)
+        // still reports the silence
+        assert_eq!(memory.as_reported(&at(&Reach::Answering, 1), 0), silent);
+        assert_eq!(memory.as_reported(&at(&Reach::Answering, 1), 0), silent);
+        // the first collection started after the answer: answering, and the silence forgotten
+        assert_eq!(
+            memory.as_reported(&at(&Reach::Answering, 1), 1),
+            Reach::Answering
+        );
+        assert_eq!(
+            memory.as_reported(&at(&Reach::Answering, 1), 0),
+            Reach::Answering
         );
     }
 

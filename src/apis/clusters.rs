@@ -446,6 +446,9 @@ pub const REASON_MANAGED_CLUSTER_READY: &str = "ManagedClusterReady";
 pub const MESSAGE_MANAGED_CLUSTER_READY: &str = "managed cluster is ready.";
 /// `Ready=False` reason, set by the agent.
 pub const REASON_MANAGED_CLUSTER_NOT_READY: &str = "ManagedClusterNotReady";
+/// `Ready=False` reason (beyond upstream), set by the agent: the child's API server has not
+/// answered for the agent's renew deadline; the agent keeps heartbeating and its tunnel up.
+pub const REASON_CHILD_APISERVER_UNREACHABLE: &str = "ChildAPIServerUnreachable";
 /// `Ready=Unknown` reason: the agent never reported (controller-manager).
 pub const REASON_CLUSTER_STATUS_NEVER_UPDATED: &str = "ClusterStatusNeverUpdated";
 /// `Ready=Unknown` reason: the agent stopped reporting (controller-manager).

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::config::{Config, Role};
-use crate::runtime::leader::{LeaderElector, Leadership, LeaseTiming, holder_identity};
+use crate::runtime::leader::{LeaderElector, Leadership, LeaseTiming, Lost, holder_identity};
 use crate::runtime::{self, Runtime, cache, health, telemetry};
 
 mod subsystems;
@@ -197,7 +197,19 @@ async fn supervise(rt: Runtime, role: Role) -> Result<(), RunError> {
             let token = work_token.clone();
             tokio::spawn(async move { subsystems::lead(&rt, role, leadership, token).await })
         };
-        let renewed = elector.keep_renewing(&rt.shutdown).await;
+        let renewed = loop {
+            match elector.keep_renewing(&rt.shutdown).await {
+                Err(Lost::Unreachable) if subsystems::leads_while_lease_unreachable(role) => {
+                    warn!(%role, "the API server holding the role's Lease does not answer; the leader work goes on (it reports that) until the Lease can be renewed");
+                    match elector.renew_when_reachable(&rt.shutdown).await {
+                        Ok(true) => continue,
+                        Ok(false) => break Ok(()),
+                        Err(lost) => break Err(lost),
+                    }
+                }
+                other => break other,
+            }
+        };
         work_token.cancel();
         if tokio::time::timeout(SHUTDOWN_GRACE, work).await.is_err() {
             warn!(%role, "leader work did not stop within the grace period");

@@ -19,6 +19,15 @@ pub fn has_leader_work(role: Role) -> bool {
     !matches!(role, Role::Hub)
 }
 
+/// Roles whose leader work goes on while the API server holding their Lease does not answer.
+/// The agent's Lease lives in the child: when the child's API server stalls, giving the work up
+/// would stop the heartbeat and close the tunnel, and the parent would learn of the stall only from
+/// silence, a minute later (#44). Going on, the agent reports the child unreachable at once and
+/// keeps the tunnel; it stops when the child answers with another holder.
+pub fn leads_while_lease_unreachable(role: Role) -> bool {
+    matches!(role, Role::Agent)
+}
+
 /// Starts what runs on every replica of a role: informers (so a standby takes over warm).
 pub async fn start_always_on(rt: &Runtime, role: Role) -> Result<(), StartError> {
     match role {

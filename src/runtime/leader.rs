@@ -42,6 +42,16 @@ pub struct LeaderElector {
     observed: Option<(LeaseSpec, Instant)>,
 }
 
+/// Why a leader stopped renewing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lost {
+    /// Another holder has the Lease: stop leader work at once.
+    TakenOver,
+    /// The Lease's API server did not answer for the whole renew deadline: it is unknown whether
+    /// anyone else can reach it (see [`LeaderElector::renew_when_reachable`]).
+    Unreachable,
+}
+
 /// What the elector knows once it leads.
 #[derive(Debug, Clone)]
 pub struct Leadership {
@@ -249,29 +259,74 @@ impl LeaderElector {
         }
     }
 
-    /// Renews every retry period until shutdown (Ok) or until renewing failed for the whole renew
-    /// deadline (Err: leadership is lost and the caller must stop leader-only work).
-    pub async fn keep_renewing(&mut self, shutdown: &CancellationToken) -> Result<(), ()> {
+    /// Renews every retry period until shutdown (Ok) or until leadership is lost: another holder
+    /// took the Lease, or renewing failed for the whole renew deadline (the caller must stop
+    /// leader-only work, or, for [`Lost::Unreachable`], may hold on with
+    /// [`LeaderElector::renew_when_reachable`]).
+    pub async fn keep_renewing(&mut self, shutdown: &CancellationToken) -> Result<(), Lost> {
         let mut last_renew = Instant::now();
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return Ok(()),
                 _ = tokio::time::sleep(self.timing.retry_period) => {}
             }
-            let attempt =
-                tokio::time::timeout(self.timing.renew_deadline, self.try_acquire_or_renew()).await;
-            match attempt {
-                Ok(Ok(Some(_))) => last_renew = Instant::now(),
-                Ok(Ok(None)) => {
+            match self.renew_once().await {
+                Ok(true) => last_renew = Instant::now(),
+                Ok(false) => {
                     warn!(lease = %self.name, "leadership taken over by another holder");
-                    return Err(());
+                    return Err(Lost::TakenOver);
                 }
-                Ok(Err(e)) => warn!(error = %e, "renewing the lease failed"),
-                Err(_) => warn!(lease = %self.name, "renewing the lease timed out"),
+                Err(()) => {}
             }
             if last_renew.elapsed() >= self.timing.renew_deadline {
                 warn!(lease = %self.name, "could not renew within the renew deadline: leadership lost");
-                return Err(());
+                return Err(Lost::Unreachable);
+            }
+        }
+    }
+
+    /// One renewal, bounded by the renew deadline: Ok(true) renewed, Ok(false) another holder has
+    /// it, Err when the API server did not answer (logged).
+    async fn renew_once(&mut self) -> Result<bool, ()> {
+        match tokio::time::timeout(self.timing.renew_deadline, self.try_acquire_or_renew()).await {
+            Ok(Ok(held)) => Ok(held.is_some()),
+            Ok(Err(e)) => {
+                warn!(error = %e, "renewing the lease failed");
+                Err(())
+            }
+            Err(_) => {
+                warn!(lease = %self.name, "renewing the lease timed out");
+                Err(())
+            }
+        }
+    }
+
+    /// After [`Lost::Unreachable`], for a leader whose work must go on while the Lease's API
+    /// server does not answer (the agent, whose Lease lives in the child it reports on): tries to
+    /// renew every retry period until it can. Ok(true) once renewed (lead on), Ok(false) on
+    /// shutdown, Err(TakenOver) when the API server answers with another holder, who could reach
+    /// it meanwhile (stop leader work at once). Any holder that took over did so only after
+    /// reaching that API server, which this process could not, so the work it shares with this
+    /// one is what does not need it (an agent's heartbeat and tunnel to the parent).
+    pub async fn renew_when_reachable(
+        &mut self,
+        shutdown: &CancellationToken,
+    ) -> Result<bool, Lost> {
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return Ok(false),
+                _ = tokio::time::sleep(self.timing.retry_period) => {}
+            }
+            match self.renew_once().await {
+                Ok(true) => {
+                    info!(lease = %self.name, "the lease's API server answers again: lease renewed");
+                    return Ok(true);
+                }
+                Ok(false) => {
+                    warn!(lease = %self.name, "the lease's API server answers again, with another holder: leadership lost");
+                    return Err(Lost::TakenOver);
+                }
+                Err(()) => {}
             }
         }
     }

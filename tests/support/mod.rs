@@ -1937,24 +1937,36 @@ pub struct Divided {
 }
 
 pub async fn divided_over_three(env: &TestEnv, id: &str, prefix: &str, grace_secs: u64) -> Divided {
-    let parent = env.parent().await;
-    let clusters = register_with(
+    divided_over_three_with(
         env,
         id,
-        &[1, 2, 3],
-        "Pull",
-        &[],
+        prefix,
+        grace_secs,
+        6,
         &[
             "--cluster-health-failure-window=3s",
             "--cluster-status-update-frequency=2s",
         ],
     )
-    .await;
+    .await
+}
+
+/// [`divided_over_three`] with `replicas` and the agents' flags `agent_args`.
+pub async fn divided_over_three_with(
+    env: &TestEnv,
+    id: &str,
+    prefix: &str,
+    grace_secs: u64,
+    replicas: i32,
+    agent_args: &[&str],
+) -> Divided {
+    let parent = env.parent().await;
+    let clusters = register_with(env, id, &[1, 2, 3], "Pull", &[], agent_args).await;
     let appns = format!("{prefix}-{id}");
     let objects = vec![
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": appns}}),
         json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": appns},
-               "spec": {"replicas": 6, "selector": {"matchLabels": {"app": "web"}},
+               "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
                         "template": {"metadata": {"labels": {"app": "web"}},
                                      "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]}}}}),
     ];
