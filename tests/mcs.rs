@@ -10,7 +10,7 @@ use std::time::Duration;
 use clusternet::apis::known;
 use clusternet::apis::{ManagedCluster, Manifest, ServiceExport, ServiceImport, Subscription};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::core::v1::{Event, Namespace, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -156,12 +156,14 @@ async fn exported_services_are_imported_merged_distributed_and_withdrawn() {
     // an export without the import namespace label says why nothing imports it
     exported_app(&clusters[0].child, &app_ns, "lonely", 1, None).await;
 
-    // upstream's examples/scheduling-with-mcs-api/service-import.yaml (its service name fixed)
+    // upstream's examples/scheduling-with-mcs-api/service-import.yaml, first with a typo in the
+    // service name, then fixed
     let imports: Api<ServiceImport> = Api::namespaced(parent.clone(), &import_ns.name);
+    let typo = "nginx-svx";
     let si: ServiceImport = serde_json::from_value(json!({
         "apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ServiceImport",
         "metadata": {"name": "my-svc", "labels": {
-            "services.clusternet.io/multi-cluster-service-name": svc,
+            "services.clusternet.io/multi-cluster-service-name": typo,
             "services.clusternet.io/multi-cluster-service-namespace": app_ns}},
         "spec": {"ips": ["42.42.42.42"], "type": "ClusterSetIP",
             "ports": [{"protocol": "TCP", "port": 80}], "sessionAffinity": "None"}
@@ -171,9 +173,66 @@ async fn exported_services_are_imported_merged_distributed_and_withdrawn() {
         .create(&PostParams::default(), &si)
         .await
         .expect("creating the ServiceImport");
+    let services: Api<Service> = Api::namespaced(parent.clone(), &import_ns.name);
+    let reserved: Api<Manifest> = Api::namespaced(parent.clone(), "clusternet-reserved");
+    let mistaken = known::derived_service_name(&app_ns, typo);
+    let mistaken_manifest = format!("services.{}.{mistaken}", import_ns.name);
+    wait_for(
+        "the Service derived for the mistyped name, and its Manifest",
+        Duration::from_secs(60),
+        || async {
+            let s = services
+                .get_opt(&mistaken)
+                .await
+                .map_err(|e| e.to_string())?;
+            let m = reserved
+                .get_opt(&mistaken_manifest)
+                .await
+                .map_err(|e| e.to_string())?;
+            (s.is_some() && m.is_some()).then_some(()).ok_or(format!(
+                "Service {}, Manifest {}",
+                s.is_some(),
+                m.is_some()
+            ))
+        },
+    )
+    .await;
+    // Kubernetes v1.33+ refuses the ClusterSet IPs as a ClusterIP Service's ingress: the note
+    // says so as a sentence, with the parent's reason, not a dump of the error (#44)
+    let note = wait_for(
+        "ClusterSetIPNotRecorded on the import",
+        Duration::from_secs(30),
+        || async {
+            Api::<Event>::namespaced(parent.clone(), &import_ns.name)
+                .list(&ListParams::default().fields("reason=ClusterSetIPNotRecorded"))
+                .await
+                .map_err(|e| e.to_string())?
+                .items
+                .into_iter()
+                .find_map(|e| e.message)
+                .ok_or_else(|| "none yet".to_string())
+        },
+    )
+    .await;
+    assert!(
+        note.starts_with("The parent refuses spec.ips")
+            && note.contains("The parent said: ")
+            && !["ApiError", "Status {", "ErrorResponse", "Some(", "code: "]
+                .iter()
+                .any(|dump| note.contains(dump)),
+        "{note}"
+    );
+    imports
+        .patch(
+            "my-svc",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {
+                "services.clusternet.io/multi-cluster-service-name": svc}}})),
+        )
+        .await
+        .expect("fixing the service name");
 
     let derived = known::derived_service_name(&app_ns, svc);
-    let services: Api<Service> = Api::namespaced(parent.clone(), &import_ns.name);
     // (upstream also records spec.ips as the Service's load-balancer ingress; Kubernetes v1.33+
     // refuses that on a ClusterIP Service, so it is not asserted here)
     wait_for(
@@ -191,6 +250,27 @@ async fn exported_services_are_imported_merged_distributed_and_withdrawn() {
                 Some(p) if p.port == 80 && spec.selector.is_none() => Ok(()),
                 _ => Err(format!("ports {ports:?}")),
             }
+        },
+    )
+    .await;
+    // what was derived for the mistyped name is gone with it
+    wait_for(
+        "the mistyped name's Service and Manifest gone",
+        Duration::from_secs(30),
+        || async {
+            let s = services
+                .get_opt(&mistaken)
+                .await
+                .map_err(|e| e.to_string())?;
+            let m = reserved
+                .get_opt(&mistaken_manifest)
+                .await
+                .map_err(|e| e.to_string())?;
+            (s.is_none() && m.is_none()).then_some(()).ok_or(format!(
+                "Service {}, Manifest {}",
+                s.is_some(),
+                m.is_some()
+            ))
         },
     )
     .await;

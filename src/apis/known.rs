@@ -62,6 +62,10 @@ pub const NODE_LABELS_PREFIX: &str = "node.clusternet.io/";
 pub const LABEL_SERVICE_NAME: &str = "services.clusternet.io/multi-cluster-service-name";
 /// Label on ServiceImports and EndpointSlices: the exported service's namespace.
 pub const LABEL_SERVICE_NAMESPACE: &str = "services.clusternet.io/multi-cluster-service-namespace";
+/// Annotation the controller keeps on a ServiceImport (beyond upstream): the exported Service
+/// (`<namespace>/<name>`) it imported last, so that what was derived for it goes when the
+/// import's labels name another Service (or none).
+pub const IMPORTED_SERVICE_ANNOTATION: &str = "services.clusternet.io/imported-service";
 /// Kubernetes' EndpointSlice -> Service label (`derived-<ns>-<hash>` on imported slices).
 pub const KUBERNETES_SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 

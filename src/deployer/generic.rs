@@ -25,7 +25,7 @@ use super::watch::{Live, Touched, Watches};
 use crate::apis::known;
 use crate::apis::{Description, Drift, Feed, ManifestStatus, RetainedField};
 use crate::kube_ext::object_ref::ObjectRef;
-use crate::runtime::api_code;
+use crate::runtime::{api_code, api_message};
 
 /// The reference of a Manifest status entry (what was deployed before).
 fn ref_of_status(s: &ManifestStatus) -> ObjectRef {
@@ -420,7 +420,7 @@ impl ChildCluster {
                     "the child API server does not serve kind {kind} in {api_version}: {}",
                     s.message
                 ),
-                _ => format!("discovering {kind} in {api_version}: {e}"),
+                _ => format!("discovering {kind} in {api_version}: {}", api_message(&e)),
             })?;
         self.discovery.lock().await.insert(key, found.clone());
         Ok(found)
@@ -460,7 +460,7 @@ impl ChildCluster {
             Ok(o) => Ok(o),
             Err(kube::Error::Api(s)) if s.code == 409 => {
                 // who holds the conflicting fields?
-                let live = api.get_opt(&r.name).await.map_err(|e| e.to_string())?;
+                let live = api.get_opt(&r.name).await.map_err(|e| api_message(&e))?;
                 let ours = live
                     .as_ref()
                     .and_then(|l| {
@@ -879,13 +879,6 @@ impl Offloaded {
             Let::NotOurs => &mut self.not_ours,
             Let::NotServed => &mut self.not_served,
         } += 1;
-    }
-}
-
-fn api_message(e: &kube::Error) -> String {
-    match e {
-        kube::Error::Api(s) => s.message.clone(),
-        other => other.to_string(),
     }
 }
 

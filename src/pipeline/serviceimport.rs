@@ -65,6 +65,20 @@ pub fn exported_service(si: &ServiceImport) -> Result<(String, String), String> 
     }
 }
 
+/// The exported Service an import took its objects from last (`(name, namespace)` from its
+/// [`known::IMPORTED_SERVICE_ANNOTATION`]), when that is not `now`: what was derived for it must go.
+pub fn previous_import(
+    si: &ServiceImport,
+    now: Option<&(String, String)>,
+) -> Option<(String, String)> {
+    let (ns, name) = si
+        .annotations()
+        .get(known::IMPORTED_SERVICE_ANNOTATION)?
+        .split_once('/')?;
+    let previous = (name.to_string(), ns.to_string());
+    (Some(&previous) != now && !name.is_empty() && !ns.is_empty()).then_some(previous)
+}
+
 /// What one reconcile of an import writes.
 #[derive(Debug, Default, PartialEq)]
 pub struct ImportPlan {
@@ -603,12 +617,20 @@ async fn write_ingress(
             ctx.events.warn(
                 si,
                 "ClusterSetIPNotRecorded",
-                &format!("the parent refuses spec.ips as status.loadBalancer.ingress of the derived ClusterIP Service (Kubernetes v1.33+): the ClusterSet IPs stay on the ServiceImport only ({e})"),
+                &clusterset_ip_not_recorded(&crate::runtime::api_message(&e)),
             );
             Ok(())
         }
         Err(e) => Err(e),
     }
+}
+
+/// The note of `ClusterSetIPNotRecorded`: why the ClusterSet IPs are not on the derived Service,
+/// with the parent's reason (its words, not a dump of the error).
+pub fn clusterset_ip_not_recorded(reason: &str) -> String {
+    format!(
+        "The parent refuses spec.ips as status.loadBalancer.ingress of the derived ClusterIP Service (Kubernetes v1.33+), so the ClusterSet IPs stay on the ServiceImport only. The parent said: {reason}"
+    )
 }
 
 fn key(si: &ServiceImport) -> String {
@@ -630,6 +652,30 @@ async fn reconcile(ctx: &Ctx, si: Arc<ServiceImport>) -> Result<Action, ImportEr
     let err = |what: &'static str| api_err(&si, what);
     let imports: Api<ServiceImport> = Api::namespaced(ctx.client.clone(), &si_ns);
     let exported = exported_service(&si);
+    // the labels named another Service before (or name none now): what was derived for that one
+    // goes, then the annotation follows the labels
+    if let Some((name, ns)) = previous_import(&si, exported.as_ref().ok()) {
+        withdraw(ctx, &si, &name, &ns).await?;
+        info!(serviceimport = %key(&si), previous = %format!("{ns}/{name}"), "withdrew what was imported for the Service the labels named before");
+    }
+    let recorded = exported
+        .as_ref()
+        .ok()
+        .map(|(name, ns)| format!("{ns}/{name}"));
+    if si.metadata.deletion_timestamp.is_none()
+        && si.annotations().get(known::IMPORTED_SERVICE_ANNOTATION) != recorded.as_ref()
+    {
+        let patch =
+            json!({"metadata": {"annotations": {known::IMPORTED_SERVICE_ANNOTATION: recorded}}});
+        imports
+            .patch(
+                &si.name_any(),
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&patch),
+            )
+            .await
+            .map_err(err("recording the imported Service"))?;
+    }
     if si.metadata.deletion_timestamp.is_some() {
         if let Ok((name, ns)) = &exported {
             withdraw(ctx, &si, name, ns).await?;
@@ -878,6 +924,43 @@ mod tests {
 
     fn copy_of(body: &Value) -> Arc<EndpointSlice> {
         Arc::new(serde_json::from_value(body.clone()).expect("a slice"))
+    }
+
+    #[test]
+    fn the_service_imported_before_is_withdrawn_when_the_labels_change() {
+        let si = |annotation: Option<&str>| -> ServiceImport {
+            let mut meta = json!({"name": "my-svc", "namespace": "team"});
+            if let Some(a) = annotation {
+                meta["annotations"] = json!({known::IMPORTED_SERVICE_ANNOTATION: a});
+            }
+            serde_json::from_value(json!({
+                "apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ServiceImport",
+                "metadata": meta, "spec": {"type": "ClusterSetIP", "ports": []}}))
+            .expect("a ServiceImport")
+        };
+        let now = ("nginx-svc".to_string(), "app".to_string());
+        // nothing imported before, or the same Service: nothing to withdraw
+        assert_eq!(previous_import(&si(None), Some(&now)), None);
+        assert_eq!(
+            previous_import(&si(Some("app/nginx-svc")), Some(&now)),
+            None
+        );
+        // another name (a typo fixed), or no valid labels any more: the old one goes
+        let typo = Some(("nginx-svx".to_string(), "app".to_string()));
+        assert_eq!(
+            previous_import(&si(Some("app/nginx-svx")), Some(&now)),
+            typo
+        );
+        assert_eq!(previous_import(&si(Some("app/nginx-svx")), None), typo);
+        // an annotation that names nothing is ignored
+        assert_eq!(previous_import(&si(Some("garbage")), None), None);
+        assert_eq!(previous_import(&si(Some("/x")), None), None);
+        // the event note reads as sentences
+        let note = clusterset_ip_not_recorded("Service \"derived-x\" is invalid");
+        assert!(
+            note.ends_with("The parent said: Service \"derived-x\" is invalid"),
+            "{note}"
+        );
     }
 
     #[test]

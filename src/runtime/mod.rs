@@ -158,6 +158,15 @@ pub fn is_unauthorized(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 401)
 }
 
+/// An error as a sentence for people (events, status messages): the API server's own message
+/// for an API error, instead of kube's Display, which appends the whole Status as a debug dump.
+pub fn api_message(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => s.message.clone(),
+        other => other.to_string(),
+    }
+}
+
 /// The HTTP status of an API error, if it is one.
 pub fn api_code(e: &kube::Error) -> Option<u16> {
     match e {
