@@ -18,8 +18,8 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 use support::{
-    Cluster, FaultProxy, TestEnv, TestNamespace, create_manifests, kubeconfig_server,
-    register_with, uid, wait_for,
+    FaultProxy, TestEnv, TestNamespace, create_manifests, kubeconfig_server, register_with, uid,
+    wait_for,
 };
 
 const MANAGED: &str = "clusternet.io/created-by";
@@ -42,17 +42,6 @@ fn subscription(name: &str, id: &str, feeds: &[Value]) -> Subscription {
 
 fn feeds(objects: &[Value]) -> Vec<Value> {
     objects.iter().map(support::feed_of).collect()
-}
-
-async fn managed_cluster(parent: &kube::Client, c: &Cluster) -> ManagedCluster {
-    Api::<ManagedCluster>::namespaced(parent.clone(), &c.dedicated)
-        .list(&ListParams::default())
-        .await
-        .expect("listing ManagedClusters")
-        .items
-        .into_iter()
-        .next()
-        .expect("the ManagedCluster")
 }
 
 fn ready_of(mc: &ManagedCluster) -> (String, String) {
@@ -171,13 +160,13 @@ async fn a_stalled_child_keeps_its_workloads_and_gets_them_back_untouched() {
     let base = bases_of(&parent, &sub).await;
     assert_eq!(base.len(), 1);
     let base_uid = base[0].uid();
-    let (_, ready_since) = ready_of(&managed_cluster(&parent, c).await);
+    let (_, ready_since) = ready_of(&support::managed_cluster(&parent, c).await);
 
     // a stall shorter than the failure window: nothing changes, nothing moves
     proxy.cut();
     let until = Instant::now() + Duration::from_millis(2500);
     while Instant::now() < until {
-        let (ready, _) = ready_of(&managed_cluster(&parent, c).await);
+        let (ready, _) = ready_of(&support::managed_cluster(&parent, c).await);
         assert_eq!(ready, "True", "a 2.5 s stall turned the cluster not ready");
         assert_eq!(binding(&subs, "app").await, bound, "the Subscription moved");
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -185,7 +174,7 @@ async fn a_stalled_child_keeps_its_workloads_and_gets_them_back_untouched() {
     proxy.restore();
     let until = Instant::now() + Duration::from_secs(4);
     while Instant::now() < until {
-        let mc = managed_cluster(&parent, c).await;
+        let mc = support::managed_cluster(&parent, c).await;
         assert_eq!(
             ready_of(&mc),
             ("True".to_string(), ready_since.clone()),
@@ -206,7 +195,7 @@ async fn a_stalled_child_keeps_its_workloads_and_gets_them_back_untouched() {
         "the cluster reported not ready",
         Duration::from_secs(30),
         || async {
-            match ready_of(&managed_cluster(&parent, c).await) {
+            match ready_of(&support::managed_cluster(&parent, c).await) {
                 (s, _) if s != "True" => Ok(()),
                 other => Err(format!("{other:?}")),
             }
@@ -247,7 +236,7 @@ async fn a_stalled_child_keeps_its_workloads_and_gets_them_back_untouched() {
         "Ready again and bound again",
         Duration::from_secs(60),
         || async {
-            let (ready, _) = ready_of(&managed_cluster(&parent, c).await);
+            let (ready, _) = ready_of(&support::managed_cluster(&parent, c).await);
             let b = binding(&subs, "app").await;
             if ready == "True" && b == bound {
                 Ok(())
@@ -803,10 +792,8 @@ async fn missing_feeds_are_reported_never_available() {
     subs.create(&PostParams::default(), &subscription("pair", &id, &pair))
         .await
         .expect("creating the Subscription");
-    wait_for(
-        "FeedsResolved=False on the pair",
-        Duration::from_secs(30),
-        || async {
+    let later_missing = |what: &'static str| {
+        wait_for(what, Duration::from_secs(30), || async {
             let s = subs.get("pair").await.map_err(|e| e.to_string())?;
             s.status
                 .unwrap_or_default()
@@ -816,9 +803,9 @@ async fn missing_feeds_are_reported_never_available() {
                 .filter(|c| c.message.contains("later"))
                 .map(|_| ())
                 .ok_or_else(|| "not yet".to_string())
-        },
-    )
-    .await;
+        })
+    };
+    later_missing("FeedsResolved=False on the pair").await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(
         config_uid(&c.child, &appns).await.is_err(),
@@ -879,22 +866,7 @@ async fn missing_feeds_are_reported_never_available() {
         )
         .await
         .expect("releasing its finalizers");
-    wait_for(
-        "the pair's FeedsResolved=False again",
-        Duration::from_secs(30),
-        || async {
-            let s = subs.get("pair").await.map_err(|e| e.to_string())?;
-            s.status
-                .unwrap_or_default()
-                .conditions
-                .iter()
-                .find(|c| c.type_ == "FeedsResolved" && c.status == "False")
-                .filter(|c| c.message.contains("later"))
-                .map(|_| ())
-                .ok_or_else(|| "not yet".to_string())
-        },
-    )
-    .await;
+    later_missing("the pair's FeedsResolved=False again").await;
     let until = Instant::now() + Duration::from_secs(8);
     while Instant::now() < until {
         assert_eq!(
@@ -990,7 +962,7 @@ async fn a_predictor_that_cannot_bind_its_port_is_not_advertised() {
     let busy = format!("--predictor-port={port}");
     let clusters = register_with(env, &id, &[1], "Pull", &[], &[&busy]).await;
     let free = register_with(env, &format!("{id}f"), &[1], "Pull", &[], &[]).await;
-    let status = managed_cluster(&parent, &clusters[0])
+    let status = support::managed_cluster(&parent, &clusters[0])
         .await
         .status
         .unwrap_or_default();
@@ -1000,7 +972,7 @@ async fn a_predictor_that_cannot_bind_its_port_is_not_advertised() {
         status.predictor_enabled,
         status.predictor_address
     );
-    let status = managed_cluster(&parent, &free[0])
+    let status = support::managed_cluster(&parent, &free[0])
         .await
         .status
         .unwrap_or_default();

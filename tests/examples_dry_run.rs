@@ -45,12 +45,20 @@ fn kubectl_bin() -> &'static Path {
     BIN.get_or_init(|| TestEnv::get().bin("kubectl"))
 }
 
-/// Runs kubectl against the parent, feeding `stdin` if given.
+/// Runs kubectl against the parent, feeding `stdin` if given. Its discovery cache is this test
+/// binary's own: kubectl keeps one per API server in the home directory for hours, and an
+/// aggregated API a test binary served before (the hub's placementreviews, say) would still be
+/// listed in the `clusternet` category after that binary removed it.
 fn kubectl(args: &[&str], stdin: Option<&[u8]>) -> Output {
     let env = TestEnv::get();
     let mut child = Command::new(kubectl_bin())
         .arg("--kubeconfig")
         .arg(env.parent_kubeconfig())
+        .arg("--cache-dir")
+        .arg(
+            env.dir
+                .join(format!("kubectl-cache-{}", std::process::id())),
+        )
         .args(args)
         .stdin(if stdin.is_some() {
             Stdio::piped()

@@ -12,10 +12,10 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use clusternet::apis::{ManagedCluster, Subscription};
+use clusternet::apis::Subscription;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 use support::{
     Cluster, Resume, TestEnv, TestNamespace, create_manifests, register_with,
@@ -27,20 +27,9 @@ static STALL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 const FAILBACK_STABLE: &str = "--cluster-failback-stable=40s";
 
-async fn managed_cluster(parent: &kube::Client, c: &Cluster) -> ManagedCluster {
-    Api::<ManagedCluster>::namespaced(parent.clone(), &c.dedicated)
-        .list(&ListParams::default())
-        .await
-        .expect("listing ManagedClusters")
-        .items
-        .into_iter()
-        .next()
-        .expect("the ManagedCluster")
-}
-
 /// Status and reason of the cluster's Ready condition, and when its agent last reported.
 async fn ready_of(parent: &kube::Client, c: &Cluster) -> (String, String, Option<Instant>) {
-    let mc = managed_cluster(parent, c).await;
+    let mc = support::managed_cluster(parent, c).await;
     let status = mc.status.unwrap_or_default();
     let age = status.last_observed_time.as_ref().map(|t| {
         let secs = k8s_openapi::jiff::Timestamp::now()

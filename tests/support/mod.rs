@@ -833,6 +833,18 @@ pub async fn install_app_deployer(child: &kube::Client, ns: &str) {
         .await;
 }
 
+/// A registered cluster's ManagedCluster.
+pub async fn managed_cluster(parent: &kube::Client, c: &Cluster) -> ManagedCluster {
+    Api::<ManagedCluster>::namespaced(parent.clone(), &c.dedicated)
+        .list(&ListParams::default())
+        .await
+        .expect("listing ManagedClusters")
+        .items
+        .into_iter()
+        .next()
+        .expect("the ManagedCluster")
+}
+
 /// The cluster ID (`spec.clusterId`) of a registered cluster's ManagedCluster.
 pub async fn cluster_id(parent: &kube::Client, c: &Cluster) -> String {
     let list = Api::<ManagedCluster>::namespaced(parent.clone(), &c.dedicated)
