@@ -41,16 +41,14 @@ const BUSY_RECHECK: Duration = Duration::from_secs(15);
 const RESYNC: Duration = Duration::from_secs(600);
 /// A `pending-*` release older than its timeout plus this is taken for abandoned.
 const STUCK_MARGIN: Duration = Duration::from_secs(60);
-/// The first retry of a failed release comes after this, each next one after twice as long, up to
-/// [`MAX_RETRY`]: a helm run costs a second of CPU, so 30 failing releases must not spin.
-const FIRST_RETRY: Duration = Duration::from_secs(2);
-const MAX_RETRY: Duration = Duration::from_secs(300);
+/// The first retry of a failed release comes after 2 s, each next one after twice as long, up to
+/// 5 minutes: a helm run costs a second of CPU, so 30 failing releases must not spin.
+const RETRY: crate::runtime::backoff::Exponential =
+    crate::runtime::backoff::Exponential::new(Duration::from_secs(2), Duration::from_secs(300));
 
 /// The wait before the next try after `failures` failures in a row.
 pub fn retry_after(failures: u32) -> Duration {
-    FIRST_RETRY
-        .saturating_mul(1u32 << failures.saturating_sub(1).min(16))
-        .min(MAX_RETRY)
+    RETRY.after(failures)
 }
 
 /// What a HelmRelease looked like when it last failed, and when it may be tried again: our own

@@ -23,14 +23,15 @@ use kube::runtime::reflector::ObjectRef;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+use crate::runtime::backoff::Exponential;
 use crate::runtime::cache::Shared;
+use crate::runtime::ratelimit::TokenBucket;
 
-/// First retry after an error, doubled per consecutive failure up to [`BACKOFF_MAX`].
+/// Retries after an error: from 5 ms, doubled per consecutive failure, up to 5 minutes.
 /// client-go's default item limiter starts at 5 ms too: most first failures are a race with
 /// another writer (a finalizer patch whose precondition the scheduler's binding just broke), and
 /// the retry should not cost the user half a second.
-pub const BACKOFF_MIN: Duration = Duration::from_millis(5);
-pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
+pub const RETRY: Exponential = Exponential::new(Duration::from_millis(5), Duration::from_secs(300));
 
 /// Looks at an object again after `after` and up to a tenth more, at random: objects reconciled
 /// in one burst (a start, a restart, a thousand Subscriptions applied at once) do not all come
@@ -54,43 +55,19 @@ pub fn recheck(after: Duration) -> Action {
 pub const RETRY_RATE: f64 = 10.0;
 pub const RETRY_BURST: f64 = 100.0;
 
-/// Consecutive failures per object, cleared by a successful reconcile, and the shared bucket.
+/// Consecutive failures per object, cleared by a successful reconcile, and the shared bucket of
+/// retry slots.
 #[derive(Clone)]
 pub struct Backoff {
     failures: Arc<Mutex<HashMap<String, u32>>>,
-    bucket: Arc<Mutex<Bucket>>,
+    bucket: Arc<TokenBucket>,
 }
 
 impl Default for Backoff {
     fn default() -> Self {
         Backoff {
             failures: Arc::default(),
-            bucket: Arc::new(Mutex::new(Bucket {
-                tokens: RETRY_BURST,
-                at: Instant::now(),
-            })),
-        }
-    }
-}
-
-/// A token bucket of retry slots (as golang.org/x/time/rate's reservations: a slot taken while
-/// the bucket is empty is simply further in the future).
-#[derive(Debug)]
-struct Bucket {
-    tokens: f64,
-    at: Instant,
-}
-
-impl Bucket {
-    /// Takes one retry slot at `now`; returns how long until it is due.
-    fn reserve(&mut self, now: Instant) -> Duration {
-        let refill = now.saturating_duration_since(self.at).as_secs_f64() * RETRY_RATE;
-        self.tokens = (self.tokens + refill).min(RETRY_BURST) - 1.0;
-        self.at = self.at.max(now);
-        if self.tokens >= 0.0 {
-            Duration::ZERO
-        } else {
-            Duration::from_secs_f64(-self.tokens / RETRY_RATE)
+            bucket: Arc::new(TokenBucket::new(RETRY_RATE, RETRY_BURST)),
         }
     }
 }
@@ -108,24 +85,14 @@ impl Backoff {
             *n = n.saturating_add(1);
             *n
         };
-        let shared = self
-            .bucket
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .reserve(now);
-        (delay(n).max(shared), n)
+        let shared = self.bucket.reserve_at(now);
+        (RETRY.after(n).max(shared), n)
     }
 
     pub fn succeeded(&self, key: &str) {
         let mut m = self.failures.lock().unwrap_or_else(|p| p.into_inner());
         m.remove(key);
     }
-}
-
-/// The wait after `failures` consecutive failures: 5 ms, 10 ms, 20 ms, ... capped at 5 minutes.
-pub fn delay(failures: u32) -> Duration {
-    let exp = failures.saturating_sub(1).min(20);
-    BACKOFF_MIN.saturating_mul(1u32 << exp).min(BACKOFF_MAX)
 }
 
 /// The `reason` label of an error: its variant's name in snake case (`BaseError::Render(..)` is
@@ -440,13 +407,14 @@ mod tests {
 
     #[test]
     fn retries_back_off_exponentially_up_to_a_cap() {
+        let delay = |n| RETRY.after(n);
         assert_eq!(delay(1), Duration::from_millis(5));
         assert_eq!(delay(2), Duration::from_millis(10));
         assert_eq!(delay(3), Duration::from_millis(20));
         assert_eq!(delay(10), Duration::from_millis(2560));
         assert_eq!(delay(16), Duration::from_millis(163_840));
-        assert_eq!(delay(17), BACKOFF_MAX);
-        assert_eq!(delay(u32::MAX), BACKOFF_MAX);
+        assert_eq!(delay(17), RETRY.max);
+        assert_eq!(delay(u32::MAX), RETRY.max);
     }
 
     #[test]
@@ -455,7 +423,7 @@ mod tests {
         let now = Instant::now();
         // the burst retries at each object's own pace
         for i in 0..100 {
-            assert_eq!(b.failed_at(&format!("ns/o{i}"), now).0, delay(1));
+            assert_eq!(b.failed_at(&format!("ns/o{i}"), now).0, RETRY.after(1));
         }
         // beyond it, one slot every 100 ms (give or take the microseconds since the bucket began)
         let near = |d: Duration, ms: u64| d.as_millis().abs_diff(u128::from(ms)) <= 1;
@@ -476,7 +444,7 @@ mod tests {
         for _ in 0..15 {
             c.failed_at("ns/stuck", now);
         }
-        assert_eq!(c.failed_at("ns/stuck", now).0, delay(16));
+        assert_eq!(c.failed_at("ns/stuck", now).0, RETRY.after(16));
     }
 
     #[tokio::test]
@@ -522,7 +490,7 @@ mod tests {
         assert_eq!(b.failed("a/x").1, 2);
         assert_eq!(b.failed("a/y").1, 1);
         b.succeeded("a/x");
-        assert_eq!(b.failed("a/x"), (BACKOFF_MIN, 1));
+        assert_eq!(b.failed("a/x"), (RETRY.first, 1));
         assert_eq!(b.failed("a/y").1, 2);
     }
 }

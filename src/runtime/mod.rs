@@ -4,6 +4,7 @@
 //! role gets the same [`Runtime`].
 
 pub mod apply;
+pub mod backoff;
 pub mod cache;
 pub mod certs;
 pub mod child;

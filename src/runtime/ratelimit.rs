@@ -1,5 +1,7 @@
-//! Client-side rate limiting of requests to the Kubernetes API server: `--kube-api-qps` sustained,
-//! `--kube-api-burst` at once (client-go's token bucket), as a tower layer on the kube client.
+//! The one token bucket of the process (client-go's, golang.org/x/time/rate's): `qps` tokens a
+//! second up to `burst`. It limits the requests to the Kubernetes API server (`--kube-api-qps`,
+//! `--kube-api-burst`, as a tower layer on the kube client), the retries of a controller over all
+//! its objects, and the clusters the scheduler fails over per second.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -9,38 +11,94 @@ use std::time::{Duration, Instant};
 
 use tower::{Layer, Service};
 
-/// Tokens refill at `qps` per second up to `burst`; each request takes one.
-pub struct TokenBucket {
+/// The bucket's arithmetic over a clock the caller gives (seconds since any fixed point), so a
+/// pure decision (the scheduler's) can run it on the times it is handed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tokens {
     qps: f64,
     burst: f64,
-    state: Mutex<(f64, Instant)>,
+    /// Below zero when slots were reserved ahead ([`Tokens::reserve`]).
+    tokens: f64,
+    at: Option<f64>,
+}
+
+impl Tokens {
+    pub fn new(qps: f64, burst: f64) -> Self {
+        let burst = burst.max(1.0);
+        Tokens {
+            qps: qps.max(1e-6),
+            burst,
+            tokens: burst,
+            at: None,
+        }
+    }
+
+    fn refill(&mut self, now: f64) {
+        let at = *self.at.get_or_insert(now);
+        if now > at {
+            self.tokens = (self.tokens + (now - at) * self.qps).min(self.burst);
+            self.at = Some(now);
+        }
+    }
+
+    /// Takes a token at `now` if there is one, else says how long until there is (and takes none).
+    pub fn try_take(&mut self, now: f64) -> Result<(), Duration> {
+        self.refill(now);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            Ok(())
+        } else {
+            Err(Duration::from_secs_f64((1.0 - self.tokens) / self.qps))
+        }
+    }
+
+    /// Reserves the next slot at `now` and says how long until it is due (zero while the burst
+    /// lasts): a slot taken while the bucket is empty is simply further in the future.
+    pub fn reserve(&mut self, now: f64) -> Duration {
+        self.refill(now);
+        self.tokens -= 1.0;
+        if self.tokens >= 0.0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64(-self.tokens / self.qps)
+        }
+    }
+}
+
+/// [`Tokens`] shared between tasks, on the process's monotonic clock.
+pub struct TokenBucket {
+    epoch: Instant,
+    tokens: Mutex<Tokens>,
 }
 
 impl TokenBucket {
-    pub fn new(qps: f32, burst: u32) -> Self {
-        let burst = f64::from(burst.max(1));
+    pub fn new(qps: f64, burst: f64) -> Self {
         TokenBucket {
-            qps: f64::from(qps).max(0.001),
-            burst,
-            state: Mutex::new((burst, Instant::now())),
+            epoch: Instant::now(),
+            tokens: Mutex::new(Tokens::new(qps, burst)),
         }
+    }
+
+    fn with<T>(&self, now: Instant, f: impl FnOnce(&mut Tokens, f64) -> T) -> T {
+        let mut t = self.tokens.lock().unwrap_or_else(|p| p.into_inner());
+        f(
+            &mut t,
+            now.saturating_duration_since(self.epoch).as_secs_f64(),
+        )
     }
 
     /// Takes a token, or says how long until one is there.
     pub fn try_take(&self) -> Result<(), Duration> {
-        let mut s = match self.state.lock() {
-            Ok(s) => s,
-            Err(p) => p.into_inner(),
-        };
-        let now = Instant::now();
-        let refilled = (s.0 + now.duration_since(s.1).as_secs_f64() * self.qps).min(self.burst);
-        *s = (refilled, now);
-        if s.0 >= 1.0 {
-            s.0 -= 1.0;
-            Ok(())
-        } else {
-            Err(Duration::from_secs_f64((1.0 - s.0) / self.qps))
-        }
+        self.try_take_at(Instant::now())
+    }
+
+    pub fn try_take_at(&self, now: Instant) -> Result<(), Duration> {
+        self.with(now, |t, now| t.try_take(now))
+    }
+
+    /// Reserves the next slot; how long until it is due.
+    pub fn reserve_at(&self, now: Instant) -> Duration {
+        self.with(now, |t, now| t.reserve(now))
     }
 }
 
@@ -52,7 +110,7 @@ pub struct RateLimitLayer {
 impl RateLimitLayer {
     pub fn new(qps: f32, burst: u32) -> Self {
         RateLimitLayer {
-            bucket: Arc::new(TokenBucket::new(qps, burst)),
+            bucket: Arc::new(TokenBucket::new(f64::from(qps), f64::from(burst))),
         }
     }
 }
@@ -121,8 +179,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn reservations_beyond_the_burst_are_spread_at_the_rate_and_time_refills() {
+        let mut t = Tokens::new(10.0, 2.0);
+        assert_eq!(t.reserve(0.0), Duration::ZERO);
+        assert_eq!(t.reserve(0.0), Duration::ZERO);
+        let near = |d: Duration, ms: u64| d.as_millis().abs_diff(u128::from(ms)) <= 1;
+        assert!(near(t.reserve(0.0), 100));
+        assert!(near(t.reserve(0.0), 200));
+        // a try while slots are reserved ahead waits behind them, and takes nothing
+        assert!(near(t.try_take(0.0).expect_err("empty"), 300));
+        assert!(near(t.try_take(0.0).expect_err("still empty"), 300));
+        // a second later: the reservations are paid, eight tokens more, capped at the burst
+        assert_eq!(t.try_take(1.0), Ok(()));
+        assert_eq!(t.try_take(1.0), Ok(()));
+        assert!(t.try_take(1.0).is_err());
+        // one token a second, burst one: the scheduler's failover pace
+        let mut slow = Tokens::new(1.0, 1.0);
+        assert_eq!(slow.try_take(5.0), Ok(()));
+        assert!(near(slow.try_take(5.5).expect_err("half a token"), 500));
+        assert_eq!(slow.try_take(6.0), Ok(()));
+    }
+
+    #[test]
     fn burst_then_qps() {
-        let b = TokenBucket::new(10.0, 3);
+        let b = TokenBucket::new(10.0, 3.0);
         assert!(b.try_take().is_ok());
         assert!(b.try_take().is_ok());
         assert!(b.try_take().is_ok());

@@ -27,6 +27,7 @@ use kube::ResourceExt;
 
 use crate::apis::known;
 use crate::apis::{ManagedCluster, Subscription, SubscriptionStatus};
+use crate::runtime::ratelimit::Tokens;
 use crate::scheduler::framework::TargetClusters;
 
 /// The scheduler's failover settings.
@@ -85,8 +86,8 @@ pub struct Memory {
     failed_over: HashMap<String, BTreeMap<String, Timestamp>>,
     /// Lost clusters admitted for failover, and when.
     admitted: HashMap<String, Timestamp>,
-    /// When the next lost cluster may be admitted.
-    next_slot: Option<Timestamp>,
+    /// Admissions at `--failover-eviction-rate` (burst one), made when the first lost cluster is.
+    pace: Option<Tokens>,
     /// Subscriptions whose fail-back is under way (make-before-break steps).
     stepping: HashSet<String>,
 }
@@ -131,14 +132,13 @@ impl Memory {
         if self.admitted.contains_key(cluster) {
             return Ok(());
         }
-        if let Some(slot) = self.next_slot
-            && slot > now
-        {
-            let wait = slot.duration_since(now).as_millis().max(0) as u64;
-            return Err(Duration::from_millis(wait + 50));
-        }
-        let interval = Duration::from_secs_f64(1.0 / rate.max(1e-6)).min(Duration::from_secs(3600));
-        self.next_slot = now.checked_add(interval).ok();
+        // at most one admission an hour, however small the rate
+        let pace = self
+            .pace
+            .get_or_insert_with(|| Tokens::new(rate.max(1.0 / 3600.0), 1.0));
+        let at = now.as_millisecond() as f64 / 1000.0;
+        pace.try_take(at)
+            .map_err(|wait| wait + Duration::from_millis(50))?;
         self.admitted.insert(cluster.to_string(), now);
         Ok(())
     }

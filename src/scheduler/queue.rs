@@ -13,8 +13,10 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-const INITIAL_BACKOFF: Duration = Duration::from_secs(1);
-const MAX_BACKOFF: Duration = Duration::from_secs(10);
+use crate::runtime::backoff::Exponential;
+
+/// A failed attempt waits 1 s, doubling per attempt, up to 10 s (upstream's pod backoff).
+const BACKOFF: Exponential = Exponential::new(Duration::from_secs(1), Duration::from_secs(10));
 
 /// Live changes first, the start-up backlog after them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -96,9 +98,7 @@ impl SchedulingQueue {
         let mut s = self.lock();
         let attempts = s.attempts.entry(key.to_string()).or_default();
         *attempts += 1;
-        let delay = INITIAL_BACKOFF
-            .saturating_mul(1 << (*attempts - 1).min(8))
-            .min(MAX_BACKOFF);
+        let delay = BACKOFF.after(*attempts);
         if !s.index.contains_key(key) {
             s.backoff.insert(key.to_string(), Instant::now() + delay);
         }
