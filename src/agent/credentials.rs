@@ -16,6 +16,7 @@ use tracing::{info, warn};
 use super::registration::Registration;
 use crate::apis::known;
 use crate::runtime::Runtime;
+use crate::runtime::controller::ApiFailure;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CredentialsError {
@@ -31,12 +32,8 @@ pub enum CredentialsError {
         "Secret child-cluster-deployer in the parent exists without the autoupdate annotation; not overwriting it"
     )]
     NotOurs,
-    #[error("{what}: {source}")]
-    Api {
-        what: &'static str,
-        #[source]
-        source: kube::Error,
-    },
+    #[error(transparent)]
+    Api(#[from] ApiFailure),
 }
 
 pub async fn publish_until_done(rt: &Runtime, reg: &Registration, stop: &CancellationToken) {
@@ -67,10 +64,10 @@ async fn publish(rt: &Runtime, reg: &Registration) -> Result<(), CredentialsErro
     let source = child
         .get_opt(known::CLUSTERNET_APP_SA)
         .await
-        .map_err(|source| CredentialsError::Api {
-            what: "reading the child deployer Secret",
-            source,
-        })?
+        .map_err(ApiFailure::of(
+            "Secret clusternet-app-deployer (child)".to_string(),
+            "reading the child deployer Secret",
+        ))?
         .ok_or_else(|| CredentialsError::Missing {
             namespace: ns.clone(),
             name: known::CLUSTERNET_APP_SA.into(),
@@ -128,18 +125,18 @@ async fn publish(rt: &Runtime, reg: &Registration) -> Result<(), CredentialsErro
     match parent
         .get_opt(known::CHILD_CLUSTER_SECRET_NAME)
         .await
-        .map_err(|source| CredentialsError::Api {
-            what: "reading child-cluster-deployer in the parent",
-            source,
-        })? {
+        .map_err(ApiFailure::of(
+            "Secret child-cluster-deployer (parent)".to_string(),
+            "reading child-cluster-deployer in the parent",
+        ))? {
         None => {
             parent
                 .create(&PostParams::default(), &secret)
                 .await
-                .map_err(|source| CredentialsError::Api {
-                    what: "creating child-cluster-deployer in the parent",
-                    source,
-                })?;
+                .map_err(ApiFailure::of(
+                    "Secret child-cluster-deployer (parent)".to_string(),
+                    "creating child-cluster-deployer in the parent",
+                ))?;
         }
         Some(existing) => {
             if existing
@@ -162,10 +159,10 @@ async fn publish(rt: &Runtime, reg: &Registration) -> Result<(), CredentialsErro
                     &updated,
                 )
                 .await
-                .map_err(|source| CredentialsError::Api {
-                    what: "updating child-cluster-deployer in the parent",
-                    source,
-                })?;
+                .map_err(ApiFailure::of(
+                    "Secret child-cluster-deployer (parent)".to_string(),
+                    "updating child-cluster-deployer in the parent",
+                ))?;
         }
     }
     Ok(())

@@ -30,6 +30,7 @@ use crate::apis::known;
 use crate::apis::{ServiceExport, ServiceExportStatus};
 use crate::runtime::Runtime;
 use crate::runtime::apply;
+use crate::runtime::controller::{ApiFailure, ReconcileError};
 
 pub const FIELD_MANAGER: &str = "clusternet/agent/serviceexport";
 /// mcs-api's condition: the export's Service can be exported.
@@ -42,20 +43,19 @@ const RESYNC: Duration = Duration::from_secs(300);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
-    #[error("ServiceExport {export}: {what}: {source}")]
-    Parent {
-        export: String,
-        what: &'static str,
-        #[source]
-        source: kube::Error,
-    },
-    #[error("ServiceExport {export}: {what}: {source}")]
-    Child {
-        export: String,
-        what: &'static str,
-        #[source]
-        source: kube::Error,
-    },
+    #[error("in the parent: {0}")]
+    Parent(#[source] ApiFailure),
+    #[error("in the child: {0}")]
+    Child(#[source] ApiFailure),
+}
+
+impl ReconcileError for ExportError {
+    fn metric_label(&self) -> &'static str {
+        match self {
+            ExportError::Parent(_) => "parent",
+            ExportError::Child(_) => "child",
+        }
+    }
 }
 
 /// What one reconcile of an export writes.
@@ -354,24 +354,16 @@ fn parent_err(
     export: &ServiceExport,
     what: &'static str,
 ) -> impl FnOnce(kube::Error) -> ExportError {
-    let export = key(export);
-    move |source| ExportError::Parent {
-        export,
-        what,
-        source,
-    }
+    let fail = ApiFailure::about(export, what);
+    move |source| ExportError::Parent(fail(source))
 }
 
 fn child_err(
     export: &ServiceExport,
     what: &'static str,
 ) -> impl FnOnce(kube::Error) -> ExportError {
-    let export = key(export);
-    move |source| ExportError::Child {
-        export,
-        what,
-        source,
-    }
+    let fail = ApiFailure::about(export, what);
+    move |source| ExportError::Child(fail(source))
 }
 
 async fn reconcile(ctx: &Ctx, export: Arc<ServiceExport>) -> Result<Action, ExportError> {

@@ -28,18 +28,13 @@ use crate::apis::{
     ApprovedResult, ClusterRegistrationRequest, ClusterRegistrationRequestStatus, ClusterSyncMode,
     ManagedCluster, ManagedClusterSpec,
 };
-use crate::runtime::controller::recheck;
+use crate::runtime::controller::{ApiFailure, ReconcileError, recheck};
 use crate::runtime::{Runtime, api_code};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApproveError {
-    #[error("ClusterRegistrationRequest {crr}: {what}: {source}")]
-    Api {
-        crr: String,
-        what: String,
-        #[source]
-        source: kube::Error,
-    },
+    #[error(transparent)]
+    Api(#[from] ApiFailure),
     #[error(
         "ClusterRegistrationRequest {crr}: the token of ServiceAccount {namespace}/{sa} is not issued yet"
     )]
@@ -48,6 +43,19 @@ pub enum ApproveError {
         namespace: String,
         sa: String,
     },
+}
+
+impl ReconcileError for ApproveError {
+    fn metric_label(&self) -> &'static str {
+        match self {
+            ApproveError::Api(_) => "api",
+            ApproveError::TokenPending { .. } => "token_pending",
+        }
+    }
+
+    fn is_wait(&self) -> bool {
+        matches!(self, ApproveError::TokenPending { .. })
+    }
 }
 
 pub async fn run(rt: Runtime, stop: CancellationToken) {
@@ -147,8 +155,11 @@ pub fn cluster_name(crr: &ClusterRegistrationRequest) -> String {
 
 /// The error of one of a request's API calls, saying what it was doing.
 fn api_err(crr: &str, what: &str) -> impl FnOnce(kube::Error) -> ApproveError + use<> {
-    let (crr, what) = (crr.to_string(), what.to_string());
-    move |source| ApproveError::Api { crr, what, source }
+    let fail = ApiFailure::of(
+        format!("ClusterRegistrationRequest {crr}"),
+        what.to_string(),
+    );
+    move |source| fail(source).into()
 }
 
 pub async fn reconcile(

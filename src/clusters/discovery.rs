@@ -27,7 +27,7 @@ use tracing::{error, info, warn};
 
 use crate::apis::known;
 use crate::runtime::Runtime;
-use crate::runtime::controller::Backoff;
+use crate::runtime::controller::{ApiFailure, Backoff, ReconcileError};
 
 pub const FIELD_MANAGER: &str = "clusternet/controller/clusterdiscovery";
 /// Cluster API's group.
@@ -57,15 +57,20 @@ pub enum DiscoveryError {
         "Secret {SETTINGS_NAMESPACE}/{SETTINGS_NAME} in the Cluster API management cluster {0}: create it with keys image, parentURL and regToken (deploy/templates/cluster-api-secret.yaml); retrying"
     )]
     Settings(String),
-    #[error("Cluster {cluster}: {what}: {source}")]
-    Api {
-        cluster: String,
-        what: &'static str,
-        #[source]
-        source: kube::Error,
-    },
+    #[error(transparent)]
+    Api(#[from] ApiFailure),
     #[error("Cluster {0}: registering took longer than a minute; retrying")]
     Timeout(String),
+}
+
+impl ReconcileError for DiscoveryError {
+    fn metric_label(&self) -> &'static str {
+        match self {
+            DiscoveryError::Settings(_) => "settings",
+            DiscoveryError::Api(_) => "api",
+            DiscoveryError::Timeout(_) => "timeout",
+        }
+    }
 }
 
 /// The settings Secret's values.
@@ -354,7 +359,7 @@ fn error_policy(cluster: Arc<DynamicObject>, err: &DiscoveryError, ctx: Arc<Ctx>
     if failures <= 1 || failures.is_power_of_two() {
         warn!(cluster = %key(&cluster), error = %err, failures, retry_in = ?wait, "Cluster API discovery failed");
     }
-    metrics::counter!("clusternet_controller_reconcile_errors_total", "controller" => "clusterdiscovery", "reason" => crate::runtime::controller::metric_label(err)).increment(1);
+    metrics::counter!("clusternet_controller_reconcile_errors_total", "controller" => "clusterdiscovery", "reason" => err.metric_label()).increment(1);
     // a missing Secret is watched: no need to come back before it appears
     Action::requeue(wait.min(RETRY))
 }
@@ -379,11 +384,10 @@ async fn reconcile(cluster: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action,
             configmaps
                 .patch(cm, &pp, &Patch::Apply(body))
                 .await
-                .map_err(|source| DiscoveryError::Api {
-                    cluster: name.clone(),
-                    what: "writing the agent bundle ConfigMaps",
-                    source,
-                })?;
+                .map_err(ApiFailure::of(
+                    format!("Cluster {name}"),
+                    "writing the agent bundle ConfigMaps",
+                ))?;
         }
         let crs_resource = ApiResource::from_gvk_with_plural(
             &GroupVersionKind::gvk(ADDONS_GROUP, ctx.version, "ClusterResourceSet"),
@@ -392,11 +396,10 @@ async fn reconcile(cluster: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action,
         Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &ns, &crs_resource)
             .patch(CLUSTER_RESOURCE_SET, &pp, &Patch::Apply(&crs))
             .await
-            .map_err(|source| DiscoveryError::Api {
-                cluster: name.clone(),
-                what: "writing the ClusterResourceSet",
-                source,
-            })?;
+            .map_err(ApiFailure::of(
+                format!("Cluster {name}"),
+                "writing the ClusterResourceSet",
+            ))?;
         Ok::<_, DiscoveryError>(())
     };
     tokio::time::timeout(BUDGET, apply)

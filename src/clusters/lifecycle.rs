@@ -26,6 +26,7 @@ use crate::apis::clusters::{
 };
 use crate::apis::known;
 use crate::apis::{ClusterRegistrationRequest, ManagedCluster};
+use crate::runtime::controller::{ApiFailure, ReconcileError};
 use crate::runtime::{Runtime, api_code, apply};
 
 /// The field manager of the conditions this controller reports.
@@ -33,16 +34,19 @@ pub const FIELD_MANAGER: &str = "clusternet/controller/clusterlifecycle";
 
 #[derive(Debug, thiserror::Error)]
 pub enum LifecycleError {
-    #[error("ManagedCluster {namespace}/{name}: {what}: {source}")]
-    Api {
-        namespace: String,
-        name: String,
-        what: &'static str,
-        #[source]
-        source: kube::Error,
-    },
+    #[error(transparent)]
+    Api(#[from] ApiFailure),
     #[error("ManagedCluster finalizer: {0}")]
     Finalizer(String),
+}
+
+impl ReconcileError for LifecycleError {
+    fn metric_label(&self) -> &'static str {
+        match self {
+            LifecycleError::Api(_) => "api",
+            LifecycleError::Finalizer(_) => "finalizer",
+        }
+    }
 }
 
 /// Without a reported heartbeat period, upstream waits 9 minutes.
@@ -313,15 +317,7 @@ async fn track(
     mc: &ManagedCluster,
 ) -> Result<Action, LifecycleError> {
     let name = mc.name_any();
-    let err = |what: &'static str| {
-        let (namespace, name) = (mc.namespace().unwrap_or_default(), name.clone());
-        move |source| LifecycleError::Api {
-            namespace,
-            name,
-            what,
-            source,
-        }
-    };
+    let err = |what: &'static str| ApiFailure::about(mc, what);
     let plan = plan_health(mc, Timestamp::now(), rt.config.gate(known::CLUSTER_INIT));
     if let Some((conditions, lost)) = plan.status {
         let mut status = json!({ "conditions": conditions });
@@ -343,7 +339,7 @@ async fn track(
             Err(e) if api_code(&e) == Some(409) => {
                 return Ok(Action::requeue(Duration::from_millis(200)));
             }
-            Err(e) => return Err(err("writing conditions")(e)),
+            Err(e) => return Err(err("writing conditions")(e).into()),
         }
     }
     if let Some(taints) = plan.taints {
@@ -367,15 +363,7 @@ async fn cleanup(rt: &Runtime, mc: &ManagedCluster) -> Result<Action, LifecycleE
     let name = mc.name_any();
     let ns = mc.namespace().unwrap_or_default();
     let id = mc.spec.cluster_id.clone();
-    let err = |what: &'static str| {
-        let (namespace, name) = (ns.clone(), name.clone());
-        move |source| LifecycleError::Api {
-            namespace,
-            name,
-            what,
-            source,
-        }
-    };
+    let err = |what: &'static str| ApiFailure::about(mc, what);
     let crrs: Api<ClusterRegistrationRequest> = Api::all(rt.client.clone());
     if let Some(crr) = crrs
         .get_opt(&known::cluster_registration_request_name(&id))

@@ -15,19 +15,24 @@ use super::generic::{ChildCluster, Outcome};
 use crate::apis::known;
 use crate::apis::{Description, DescriptionDeployer, DescriptionPhase, DescriptionStatus, Drift};
 use crate::kube_ext::object_ref::ObjectRef;
+use crate::runtime::controller::{ApiFailure, ReconcileError};
 use crate::runtime::events::Events;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DeployError {
-    #[error("Description {desc}: {what}: {source}")]
-    Api {
-        desc: String,
-        what: &'static str,
-        #[source]
-        source: kube::Error,
-    },
+    #[error(transparent)]
+    Api(#[from] ApiFailure),
     #[error("Description {desc}: deleting its objects in the child: {message}")]
     Offload { desc: String, message: String },
+}
+
+impl ReconcileError for DeployError {
+    fn metric_label(&self) -> &'static str {
+        match self {
+            DeployError::Api(_) => "api",
+            DeployError::Offload { .. } => "offload",
+        }
+    }
 }
 
 /// How often a Description is looked at again when the child's watches cannot tell of changes
@@ -96,11 +101,7 @@ pub async fn release_finalizer(
 ) -> Result<(), DeployError> {
     crate::runtime::apply::release_finalizer(api, desc, known::APP_FINALIZER)
         .await
-        .map_err(|source| DeployError::Api {
-            desc: key(desc),
-            what: "releasing the finalizer",
-            source,
-        })
+        .map_err(|source| ApiFailure::about(desc, "releasing the finalizer")(source).into())
 }
 
 /// What to do with a Description before anything is applied.
@@ -224,11 +225,7 @@ pub async fn reconcile(
     let body = status_body(&desc, &status);
     crate::runtime::apply::apply_status(api, child.field_manager(), &desc.name_any(), &body)
         .await
-        .map_err(|source| DeployError::Api {
-            desc: key(&desc),
-            what: "writing the status",
-            source,
-        })?;
+        .map_err(ApiFailure::about(desc.as_ref(), "writing the status"))?;
     Ok(Action::requeue(next))
 }
 

@@ -32,6 +32,7 @@ use crate::apis::{
 use crate::helm::cli::{self, At, Chart, Helm, HelmError, Install, Release};
 use crate::helm::repo::{self, Credentials};
 use crate::runtime::apply;
+use crate::runtime::controller::{ApiFailure, ReconcileError};
 use crate::runtime::events::Events;
 
 /// How soon a release another operation holds is looked at again.
@@ -79,13 +80,8 @@ pub enum HelmDeployError {
         #[source]
         source: HelmError,
     },
-    #[error("HelmRelease {release}: {what}: {source}")]
-    Api {
-        release: String,
-        what: &'static str,
-        #[source]
-        source: kube::Error,
-    },
+    #[error(transparent)]
+    Api(#[from] ApiFailure),
     #[error("HelmRelease {release}: chart pull secret {secret}: {message}")]
     Secret {
         release: String,
@@ -94,6 +90,17 @@ pub enum HelmDeployError {
     },
     #[error("HelmRelease {release}: replacing the chart's CRDs: {message}")]
     Crds { release: String, message: String },
+}
+
+impl ReconcileError for HelmDeployError {
+    fn metric_label(&self) -> &'static str {
+        match self {
+            HelmDeployError::Helm { .. } => "helm",
+            HelmDeployError::Api(_) => "api",
+            HelmDeployError::Secret { .. } => "secret",
+            HelmDeployError::Crds { .. } => "crds",
+        }
+    }
 }
 
 /// One step towards what a HelmRelease asks for.
@@ -433,12 +440,8 @@ impl HelmDeployer {
         hr: &HelmRelease,
         what: &'static str,
     ) -> impl FnOnce(kube::Error) -> HelmDeployError {
-        let release = key(hr);
-        move |source| HelmDeployError::Api {
-            release,
-            what,
-            source,
-        }
+        let fail = ApiFailure::about(hr, what);
+        move |source| fail(source).into()
     }
 
     fn helm_error(hr: &HelmRelease) -> impl FnOnce(HelmError) -> HelmDeployError {

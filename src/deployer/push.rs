@@ -37,6 +37,7 @@ use crate::apis::{Description, HelmRelease, ManagedCluster};
 use crate::helm::cli::Helm;
 use crate::runtime::cache::{Index, Shared};
 use crate::runtime::child::ProxyAvailability;
+use crate::runtime::controller::ReconcileError;
 use crate::runtime::events::Events;
 use crate::runtime::{self, Runtime};
 
@@ -52,6 +53,17 @@ pub enum PushError {
     Cluster { desc: String, message: String },
     #[error("Description {desc}: child credentials: {message}")]
     Credentials { desc: String, message: String },
+}
+
+impl ReconcileError for PushError {
+    fn metric_label(&self) -> &'static str {
+        match self {
+            PushError::Deploy(e) => e.metric_label(),
+            PushError::Helm(e) => e.metric_label(),
+            PushError::Cluster { .. } => "cluster",
+            PushError::Credentials { .. } => "credentials",
+        }
+    }
 }
 
 struct Ctx {

@@ -35,7 +35,7 @@ use crate::apis::{
     SchedulingStrategy, Subscription,
 };
 use crate::runtime::cache::{Index, Shared};
-use crate::runtime::controller::recheck;
+use crate::runtime::controller::{ApiFailure, ReconcileError, recheck};
 use crate::runtime::events::Events;
 use crate::runtime::{Runtime, api_code, apply};
 
@@ -44,17 +44,22 @@ pub const FIELD_MANAGER: &str = "clusternet/controller/base";
 
 #[derive(Debug, thiserror::Error)]
 pub enum BaseError {
-    #[error("Base {base}: {what}: {source}")]
-    Api {
-        base: String,
-        what: &'static str,
-        #[source]
-        source: kube::Error,
-    },
+    #[error(transparent)]
+    Api(#[from] ApiFailure),
     #[error("Base {base}: {message}")]
     Feed { base: String, message: String },
     #[error("Base finalizer: {0}")]
     Finalizer(String),
+}
+
+impl ReconcileError for BaseError {
+    fn metric_label(&self) -> &'static str {
+        match self {
+            BaseError::Api(_) => "api",
+            BaseError::Feed { .. } => "feed",
+            BaseError::Finalizer(_) => "finalizer",
+        }
+    }
 }
 
 struct Ctx {
@@ -726,10 +731,7 @@ async fn apply_descriptions(
     let key = key(base);
     let ns = base.namespace().unwrap_or_default();
     let descs: Api<Description> = Api::namespaced(ctx.rt.client.clone(), &ns);
-    let fail = |what: &'static str| {
-        let base = key.clone();
-        move |source| BaseError::Api { base, what, source }
-    };
+    let fail = |what: &'static str| ApiFailure::about(base, what);
     for change in changes {
         match change {
             DescriptionChange::Create { name, body } => {
@@ -756,7 +758,7 @@ async fn apply_descriptions(
                 match descs.delete(&name, &DeleteParams::default()).await {
                     Ok(_) => {}
                     Err(e) if api_code(&e) == Some(404) => {}
-                    Err(e) => return Err(fail("deleting a stale Description")(e)),
+                    Err(e) => return Err(fail("deleting a stale Description")(e).into()),
                 }
             }
         }

@@ -24,7 +24,7 @@ use crate::apis::{
     Subscription,
 };
 use crate::kube_ext::quantity;
-use crate::runtime::controller::recheck;
+use crate::runtime::controller::{ApiFailure, ReconcileError, recheck};
 use crate::runtime::{Runtime, apply};
 
 /// The field manager of the FeedInventories this controller writes.
@@ -44,12 +44,18 @@ pub enum InventoryError {
         feed: String,
         message: String,
     },
-    #[error("Subscription {sub}: writing FeedInventory: {source}")]
-    Api {
-        sub: String,
-        #[source]
-        source: kube::Error,
-    },
+    #[error(transparent)]
+    Api(#[from] ApiFailure),
+}
+
+impl ReconcileError for InventoryError {
+    fn metric_label(&self) -> &'static str {
+        match self {
+            InventoryError::NoManifest { .. } => "no_manifest",
+            InventoryError::Unparseable { .. } => "unparseable",
+            InventoryError::Api(_) => "api",
+        }
+    }
 }
 
 pub async fn run(rt: Runtime, stop: CancellationToken) {
@@ -268,19 +274,16 @@ async fn reconcile(
         return Ok(Action::await_change());
     };
     let (ns, name) = (sub.namespace().unwrap_or_default(), sub.name_any());
-    let fail = |source| InventoryError::Api {
-        sub: format!("{ns}/{name}"),
-        source,
-    };
+    let fail = || ApiFailure::about(sub, "writing its FeedInventory");
     let api: Api<FeedInventory> = Api::namespaced(rt.client.clone(), &ns);
-    let existing = api.get_opt(&name).await.map_err(fail)?;
+    let existing = api.get_opt(&name).await.map_err(fail())?;
     if existing.is_some_and(|e| e.spec == spec) {
         return Ok(recheck(Duration::from_secs(300)));
     }
     let body = serde_json::json!(desired_inventory(sub, spec));
     apply::apply(&api, FIELD_MANAGER, &name, &body)
         .await
-        .map_err(fail)?;
+        .map_err(fail())?;
     info!(subscription = %format!("{ns}/{name}"), "FeedInventorySynced");
     Ok(recheck(Duration::from_secs(300)))
 }

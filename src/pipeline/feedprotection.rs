@@ -25,19 +25,22 @@ use super::feeds;
 use crate::apis::known;
 use crate::apis::{HelmChart, Manifest, Subscription};
 use crate::runtime::cache::Shared;
+use crate::runtime::controller::{ApiFailure, ReconcileError};
 use crate::runtime::events::Events;
 use crate::runtime::{Runtime, api_code};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProtectionError {
-    #[error("{kind} {object}: {what}: {source}")]
-    Api {
-        kind: &'static str,
-        object: String,
-        what: &'static str,
-        #[source]
-        source: kube::Error,
-    },
+    #[error(transparent)]
+    Api(#[from] ApiFailure),
+}
+
+impl ReconcileError for ProtectionError {
+    fn metric_label(&self) -> &'static str {
+        match self {
+            ProtectionError::Api(_) => "api",
+        }
+    }
 }
 
 /// A kind a Subscription can name as a feed.
@@ -159,13 +162,8 @@ fn api_error<K: ProtectedFeed>(
     o: &K,
     what: &'static str,
 ) -> impl FnOnce(kube::Error) -> ProtectionError {
-    let object = key(o);
-    move |source| ProtectionError::Api {
-        kind: K::KIND,
-        object,
-        what,
-        source,
-    }
+    let fail = ApiFailure::about(o, what);
+    move |source| fail(source).into()
 }
 
 async fn reconcile<K: ProtectedFeed>(ctx: &Ctx, o: Arc<K>) -> Result<Action, ProtectionError> {

@@ -19,6 +19,7 @@ use tracing::info;
 use crate::apis::{HelmChart, HelmChartPhase, HelmChartStatus};
 use crate::helm::repo::{self, Credentials};
 use crate::runtime::Runtime;
+use crate::runtime::controller::{ApiFailure, ReconcileError};
 
 /// How often a Found chart is looked up again.
 const RECHECK_FOUND: Duration = Duration::from_secs(600);
@@ -27,19 +28,22 @@ const RECHECK_NOT_FOUND: Duration = Duration::from_secs(30);
 
 #[derive(Debug, thiserror::Error)]
 pub enum HelmChartError {
-    #[error("HelmChart {chart}: {what}: {source}")]
-    Api {
-        chart: String,
-        what: &'static str,
-        #[source]
-        source: kube::Error,
-    },
+    #[error(transparent)]
+    Api(#[from] ApiFailure),
     #[error("HelmChart {chart}: chartPullSecret {secret}: {what}")]
     Secret {
         chart: String,
         secret: String,
         what: String,
     },
+}
+impl ReconcileError for HelmChartError {
+    fn metric_label(&self) -> &'static str {
+        match self {
+            HelmChartError::Api(_) => "api",
+            HelmChartError::Secret { .. } => "secret",
+        }
+    }
 }
 
 struct Ctx {
@@ -102,14 +106,7 @@ async fn reconcile(ctx: &Ctx, chart: Arc<HelmChart>) -> Result<Action, HelmChart
     let k = key(&chart);
     let ns = chart.namespace().unwrap_or_default();
     let api: Api<HelmChart> = Api::namespaced(ctx.rt.client.clone(), &ns);
-    let err = |what: &'static str| {
-        let chart = k.clone();
-        move |source| HelmChartError::Api {
-            chart,
-            what,
-            source,
-        }
-    };
+    let err = |what: &'static str| ApiFailure::about(chart.as_ref(), what);
     let labels = feed_labels(&chart);
     if labels.iter().any(|(l, v)| chart.labels().get(l) != Some(v)) {
         api.patch(

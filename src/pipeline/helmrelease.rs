@@ -20,6 +20,7 @@ use tracing::info;
 use crate::apis::known;
 use crate::apis::{Description, DescriptionDeployer, HelmChart, HelmRelease};
 use crate::runtime::cache::Index;
+use crate::runtime::controller::{ApiFailure, ReconcileError};
 use crate::runtime::events::Events;
 use crate::runtime::{Runtime, apply};
 use k8s_openapi::api::core::v1::Secret;
@@ -29,13 +30,16 @@ pub const FIELD_MANAGER: &str = "clusternet/controller/helmrelease";
 
 #[derive(Debug, thiserror::Error)]
 pub enum HelmReleaseError {
-    #[error("Description {description}: {what}: {source}")]
-    Api {
-        description: String,
-        what: &'static str,
-        #[source]
-        source: kube::Error,
-    },
+    #[error(transparent)]
+    Api(#[from] ApiFailure),
+}
+
+impl ReconcileError for HelmReleaseError {
+    fn metric_label(&self) -> &'static str {
+        match self {
+            HelmReleaseError::Api(_) => "api",
+        }
+    }
 }
 
 struct Ctx {
@@ -109,14 +113,7 @@ async fn reconcile(ctx: &Ctx, desc: Arc<Description>) -> Result<Action, HelmRele
     );
     let ns = desc.namespace().unwrap_or_default();
     let releases: Api<HelmRelease> = Api::namespaced(ctx.rt.client.clone(), &ns);
-    let fail = |what: &'static str| {
-        let description = key.clone();
-        move |source| HelmReleaseError::Api {
-            description,
-            what,
-            source,
-        }
-    };
+    let fail = |what: &'static str| ApiFailure::about(desc.as_ref(), what);
     let existing = releases_of(ctx, &desc);
     if desc.metadata.deletion_timestamp.is_some() {
         for r in existing
@@ -225,11 +222,7 @@ async fn mirror_pull_secret(
         &secret,
     )
     .await
-    .map_err(|source| HelmReleaseError::Api {
-        description: format!("{ns}/{}", desc.name_any()),
-        what: "copying the chart pull secret",
-        source,
-    })?;
+    .map_err(ApiFailure::about(desc, "copying the chart pull secret"))?;
     body["spec"]["chartPullSecret"] = json!({"name": copy, "namespace": ns});
     Ok(())
 }

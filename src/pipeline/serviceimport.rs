@@ -32,6 +32,7 @@ use crate::apis::{
 use crate::hub::shadow::model::{MANIFEST_API_VERSION, naming};
 use crate::runtime::Runtime;
 use crate::runtime::apply;
+use crate::runtime::controller::{ApiFailure, ReconcileError};
 use crate::runtime::events::Events;
 
 pub const FIELD_MANAGER: &str = "clusternet/controller/serviceimport";
@@ -40,13 +41,16 @@ const RESYNC: Duration = Duration::from_secs(300);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ImportError {
-    #[error("ServiceImport {import}: {what}: {source}")]
-    Api {
-        import: String,
-        what: &'static str,
-        #[source]
-        source: kube::Error,
-    },
+    #[error(transparent)]
+    Api(#[from] ApiFailure),
+}
+
+impl ReconcileError for ImportError {
+    fn metric_label(&self) -> &'static str {
+        match self {
+            ImportError::Api(_) => "api",
+        }
+    }
 }
 
 /// The exported Service a ServiceImport names: `(name, namespace)` from its labels.
@@ -639,12 +643,8 @@ fn key(si: &ServiceImport) -> String {
 
 /// The error of one of `si`'s API calls, saying what it was doing.
 fn api_err(si: &ServiceImport, what: &'static str) -> impl FnOnce(kube::Error) -> ImportError {
-    let import = key(si);
-    move |source| ImportError::Api {
-        import,
-        what,
-        source,
-    }
+    let fail = ApiFailure::about(si, what);
+    move |source| fail(source).into()
 }
 
 async fn reconcile(ctx: &Ctx, si: Arc<ServiceImport>) -> Result<Action, ImportError> {

@@ -23,7 +23,7 @@ use crate::apis::{
     Subscription,
 };
 use crate::runtime::cache::Index;
-use crate::runtime::controller::recheck;
+use crate::runtime::controller::{ApiFailure, ReconcileError, recheck};
 use crate::runtime::events::Events;
 use crate::runtime::{Runtime, apply};
 
@@ -34,12 +34,16 @@ use k8s_openapi::jiff::Timestamp;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AggregateError {
-    #[error("Subscription {sub}: writing aggregated status: {source}")]
-    Api {
-        sub: String,
-        #[source]
-        source: kube::Error,
-    },
+    #[error(transparent)]
+    Api(#[from] ApiFailure),
+}
+
+impl ReconcileError for AggregateError {
+    fn metric_label(&self) -> &'static str {
+        match self {
+            AggregateError::Api(_) => "api",
+        }
+    }
 }
 
 struct Ctx {
@@ -562,10 +566,10 @@ async fn reconcile(ctx: &Ctx, sub: Arc<Subscription>) -> Result<Action, Aggregat
     );
     apply::apply_status(&api, FIELD_MANAGER, &sub.name_any(), &body)
         .await
-        .map_err(|source| AggregateError::Api {
-            sub: format!("{ns}/{}", sub.name_any()),
-            source,
-        })?;
+        .map_err(ApiFailure::about(
+            sub.as_ref(),
+            "writing its aggregated status",
+        ))?;
     Ok(recheck(Duration::from_secs(300)))
 }
 

@@ -29,19 +29,14 @@ use crate::apis::{
 };
 use crate::kube_ext::random_suffix;
 use crate::runtime::cache::{Expectations, Index, Shared};
-use crate::runtime::controller::recheck;
+use crate::runtime::controller::{ApiFailure, ReconcileError, recheck};
 use crate::runtime::events::Events;
 use crate::runtime::{Runtime, api_code, apply};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SubscriptionError {
-    #[error("Subscription {sub}: {what}: {source}")]
-    Api {
-        sub: String,
-        what: String,
-        #[source]
-        source: kube::Error,
-    },
+    #[error(transparent)]
+    Api(#[from] ApiFailure),
     /// Not a failure: something it needs is not there yet (a FeedInventory), or its Bases are
     /// still being deleted. Logged quietly until it lasts (see `runtime::controller`).
     #[error("Subscription {sub}: {message}")]
@@ -54,6 +49,21 @@ pub enum SubscriptionError {
     },
     #[error("Subscription finalizer: {0}")]
     Finalizer(String),
+}
+
+impl ReconcileError for SubscriptionError {
+    fn metric_label(&self) -> &'static str {
+        match self {
+            SubscriptionError::Api(_) => "api",
+            SubscriptionError::Waiting { .. } => "waiting",
+            SubscriptionError::Encode { .. } => "encode",
+            SubscriptionError::Finalizer(_) => "finalizer",
+        }
+    }
+
+    fn is_wait(&self) -> bool {
+        matches!(self, SubscriptionError::Waiting { .. })
+    }
 }
 
 pub const FIELD_MANAGER: &str = "clusternet/controller/subscription";
@@ -417,11 +427,7 @@ async fn binding_namespaces(
             None => api
                 .get_opt(ns)
                 .await
-                .map_err(|source| SubscriptionError::Api {
-                    sub: key(sub),
-                    what: format!("reading namespace {ns}"),
-                    source,
-                })?,
+                .map_err(ApiFailure::about(sub, format!("reading namespace {ns}")))?,
         };
         if let Some(n) = found {
             out.insert(ns.to_string(), n.labels().clone());
@@ -432,10 +438,7 @@ async fn binding_namespaces(
 
 async fn populate(ctx: &Ctx, sub: &Subscription) -> Result<Action, SubscriptionError> {
     let rt = &ctx.rt;
-    let err = |what: &str| {
-        let (sub, what) = (key(sub), what.to_string());
-        move |source| SubscriptionError::Api { sub, what, source }
-    };
+    let err = |what: &'static str| ApiFailure::about(sub, what);
     let uid = sub.uid().unwrap_or_default();
     let existing = bases_of(ctx, &uid).await.map_err(err("listing Bases"))?;
     let namespaces = binding_namespaces(ctx, sub).await?;
@@ -505,11 +508,7 @@ async fn apply_base(
     })?;
     let b = apply::apply(&api, FIELD_MANAGER, &desired.name_any(), &body)
         .await
-        .map_err(|source| SubscriptionError::Api {
-            sub: key(sub),
-            what: what.into(),
-            source,
-        })?;
+        .map_err(ApiFailure::about(sub, what))?;
     ctx.expectations
         .written(&bases_group(&uid), Some(&ns), &b.name_any(), before);
     // the Base controller in this process renders it without waiting for the watch
@@ -533,11 +532,7 @@ async fn delete_base(ctx: &Ctx, sub: &Subscription, b: &Base) -> Result<(), Subs
             Ok(())
         }
         Err(e) if api_code(&e) == Some(404) => Ok(()),
-        Err(source) => Err(SubscriptionError::Api {
-            sub: key(sub),
-            what: "deleting a Base".into(),
-            source,
-        }),
+        Err(source) => Err(ApiFailure::about(sub, "deleting a Base")(source).into()),
     }
 }
 
@@ -768,14 +763,7 @@ async fn dividing_localizations(
     inventory: Option<&FeedInventory>,
 ) -> Result<(), SubscriptionError> {
     let ns = base.namespace().unwrap_or_default();
-    let err = |what: &'static str| {
-        let sub = key(sub);
-        move |source| SubscriptionError::Api {
-            sub,
-            what: what.to_string(),
-            source,
-        }
-    };
+    let err = |what: &'static str| ApiFailure::about(sub, what);
     let existing = localizations_of(ctx, sub, &ns)
         .await
         .map_err(err("listing dividing Localizations"))?;
@@ -803,7 +791,7 @@ async fn dividing_localizations(
                         l.resource_version(),
                     ),
                     Err(e) if api_code(&e) == Some(404) => {}
-                    Err(e) => return Err(err("deleting a dividing Localization")(e)),
+                    Err(e) => return Err(err("deleting a dividing Localization")(e).into()),
                 }
                 continue;
             }
@@ -823,12 +811,8 @@ async fn cleanup(ctx: &Ctx, sub: &Subscription) -> Result<Action, SubscriptionEr
     let rt = &ctx.rt;
     let key = key(sub);
     let uid = sub.uid().unwrap_or_default();
-    let list_err = |source| SubscriptionError::Api {
-        sub: key.clone(),
-        what: "listing Bases".into(),
-        source,
-    };
-    let mut bases = bases_of(ctx, &uid).await.map_err(list_err)?;
+    let list_err = || ApiFailure::about(sub, "listing Bases");
+    let mut bases = bases_of(ctx, &uid).await.map_err(list_err())?;
     if bases.is_empty() {
         // releasing the Subscription is final: "no Bases left" is confirmed at the API server
         let all: Api<Base> = Api::all(rt.client.clone());
@@ -838,7 +822,7 @@ async fn cleanup(ctx: &Ctx, sub: &Subscription) -> Result<Action, SubscriptionEr
                     .labels(&format!("{}={uid}", known::CONFIG_SUBSCRIPTION_UID_LABEL)),
             )
             .await
-            .map_err(list_err)?
+            .map_err(list_err())?
             .items;
     }
     if bases.is_empty() {
@@ -859,11 +843,7 @@ async fn cleanup(ctx: &Ctx, sub: &Subscription) -> Result<Action, SubscriptionEr
             ),
             Err(e) if api_code(&e) == Some(404) => {}
             Err(source) => {
-                return Err(SubscriptionError::Api {
-                    sub: key,
-                    what: "deleting a Base".into(),
-                    source,
-                });
+                return Err(ApiFailure::about(sub, "deleting a Base")(source).into());
             }
         }
     }

@@ -95,29 +95,70 @@ impl Backoff {
     }
 }
 
-/// The `reason` label of an error: its variant's name in snake case (`BaseError::Render(..)` is
-/// `render`), as controller-rs's `Error::metric_label`, for every reconciler's error enum at once.
-pub fn metric_label(err: &impl std::fmt::Debug) -> String {
-    let debug = format!("{err:?}");
-    let variant: String = debug
-        .chars()
-        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-        .collect();
-    let mut label = String::with_capacity(variant.len() + 4);
-    for (i, c) in variant.chars().enumerate() {
-        if c.is_ascii_uppercase() {
-            if i > 0 {
-                label.push('_');
-            }
-            label.push(c.to_ascii_lowercase());
-        } else {
-            label.push(c);
+/// What every reconciler's error tells the kit (controller-rs's `Error::metric_label` contract):
+/// the `reason` label of `clusternet_controller_reconcile_errors_total`, a fixed word per kind of
+/// failure (`api`, `feed`, `waiting`, ...), and whether it is a wait rather than a failure.
+pub trait ReconcileError: std::error::Error + Send + Sync + 'static {
+    fn metric_label(&self) -> &'static str;
+    /// Not a failure: the object waits for another (a Subscription's Bases being deleted). Logged
+    /// quietly until it lasts.
+    fn is_wait(&self) -> bool {
+        false
+    }
+}
+
+/// A reconciler that cannot fail.
+impl ReconcileError for std::convert::Infallible {
+    fn metric_label(&self) -> &'static str {
+        match *self {}
+    }
+}
+
+/// A request to an API server that failed: which object, what it was doing, and the server's own
+/// words (not kube's Display, which appends the whole Status as a debug dump). Every reconciler's
+/// error enum carries this one variant for its API calls.
+#[derive(Debug, thiserror::Error)]
+#[error("{object}: {what}: {}", crate::runtime::api_message(source))]
+pub struct ApiFailure {
+    /// `<Kind> <namespace>/<name>`.
+    pub object: String,
+    pub what: std::borrow::Cow<'static, str>,
+    #[source]
+    pub source: kube::Error,
+}
+
+impl ApiFailure {
+    /// For `map_err`: the failure of a call about `object` (`<Kind> <namespace>/<name>`) doing
+    /// `what`.
+    pub fn of<W: Into<std::borrow::Cow<'static, str>>>(
+        object: String,
+        what: W,
+    ) -> impl FnOnce(kube::Error) -> ApiFailure + use<W> {
+        let what = what.into();
+        move |source| ApiFailure {
+            object,
+            what,
+            source,
         }
     }
-    if label.is_empty() {
-        "unknown".to_string()
-    } else {
-        label
+
+    /// [`ApiFailure::of`] for a Kubernetes object: its kind and key.
+    pub fn about<K: Resource<DynamicType = ()>, W: Into<std::borrow::Cow<'static, str>>>(
+        obj: &K,
+        what: W,
+    ) -> impl FnOnce(kube::Error) -> ApiFailure + use<K, W> {
+        let m = obj.meta();
+        let name = m.name.as_deref().unwrap_or_default();
+        let object = match m.namespace.as_deref() {
+            Some(ns) => format!("{} {ns}/{name}", K::kind(&())),
+            None => format!("{} {name}", K::kind(&())),
+        };
+        Self::of(object, what)
+    }
+
+    /// The HTTP status of the failed call, if the server answered.
+    pub fn code(&self) -> Option<u16> {
+        crate::runtime::api_code(&self.source)
     }
 }
 
@@ -185,7 +226,7 @@ pub async fn run<K, R, Fut, E>(
     K::DynamicType: Eq + Hash + Clone + Default + std::fmt::Debug + Unpin + Send + Sync,
     R: Fn(Arc<K>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<Action, E>> + Send + 'static,
-    E: std::error::Error + Send + Sync + 'static,
+    E: ReconcileError,
 {
     run_with(
         name,
@@ -213,7 +254,7 @@ pub async fn run_with<K, R, Fut, E, S>(
     K::DynamicType: Eq + Hash + Clone + Default + std::fmt::Debug + Unpin + Send + Sync,
     R: Fn(Arc<K>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<Action, E>> + Send + 'static,
-    E: std::error::Error + Send + Sync + 'static,
+    E: ReconcileError,
 {
     if !shared.ready_until(&stop).await {
         return;
@@ -290,14 +331,14 @@ pub async fn run_with<K, R, Fut, E, S>(
             },
             move |obj, err: &E, _ctx| {
                 let (wait, failures) = on_error.failed(&object_key(obj.as_ref()));
-                let reason = metric_label(err);
+                let reason = err.metric_label();
                 // a first failure is most often a race with another writer (a finalizer patch
                 // whose precondition a status write just broke) that its retry 5 ms later
                 // resolves; say it loudly only when it fails again, and then at 2, 4, 8, ...
                 // An error variant named `Waiting` is a wait, not a failure (a Subscription's
                 // Bases being deleted): loudly only once it lasts, from the 16th retry (about
                 // 3 minutes of them: a child that does not let go of its objects).
-                let loud_from = if reason == "waiting" { 16 } else { 2 };
+                let loud_from = if err.is_wait() { 16 } else { 2 };
                 if failures >= loud_from && failures.is_power_of_two() {
                     warn!(controller = name, object = %object_key(obj.as_ref()), error = %err, failures, retry_in = ?wait, "reconcile failed; retrying");
                 } else {
@@ -386,23 +427,24 @@ fn backlog_slots(concurrency: u16) -> usize {
 mod tests {
     use super::*;
 
-    #[derive(Debug)]
-    #[allow(dead_code)]
-    enum SampleError {
-        Render(String),
-        FinalizerFailed { reason: String },
-        Gone,
-    }
-
     #[test]
-    fn errors_are_labelled_by_their_variant() {
-        assert_eq!(metric_label(&SampleError::Render("x".into())), "render");
+    fn an_api_failure_names_the_object_and_says_what_the_server_said() {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some("settings".into());
+        cm.metadata.namespace = Some("demo".into());
+        let status = kube::core::Status {
+            message: "configmaps \"settings\" is forbidden: no".into(),
+            reason: "Forbidden".into(),
+            code: 403,
+            ..Default::default()
+        };
+        let e = ApiFailure::about(&cm, "writing its data")(kube::Error::Api(Box::new(status)));
         assert_eq!(
-            metric_label(&SampleError::FinalizerFailed { reason: "y".into() }),
-            "finalizer_failed"
+            e.to_string(),
+            "ConfigMap demo/settings: writing its data: configmaps \"settings\" is forbidden: no"
         );
-        assert_eq!(metric_label(&SampleError::Gone), "gone");
-        assert_eq!(metric_label(&"a string"), "unknown");
+        assert_eq!(e.code(), Some(403));
     }
 
     #[test]

@@ -38,6 +38,7 @@ use crate::apis::{
 use crate::kube_ext::labels;
 use crate::kube_ext::merge_patch;
 use crate::runtime::cache::Shared;
+use crate::runtime::controller::ReconcileError;
 use crate::runtime::events::Events;
 use crate::runtime::{Runtime, api_code};
 
@@ -997,8 +998,8 @@ enum CycleError {
     Write(#[source] kube::Error),
 }
 
-impl CycleError {
-    /// The `reason` label of `clusternet_scheduler_errors_total`.
+/// The `reason` label of `clusternet_scheduler_errors_total`.
+impl ReconcileError for CycleError {
     fn metric_label(&self) -> &'static str {
         match self {
             CycleError::Schedule(_) => "schedule",
