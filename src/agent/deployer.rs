@@ -9,8 +9,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Resource;
 use kube::api::Api;
-use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::reflector::{self, reflector};
+use kube::runtime::reflector::{self, ObjectRef, reflector};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -18,12 +17,12 @@ use tracing::{info, warn};
 use super::registration::Registration;
 use crate::apis::known;
 use crate::apis::{Description, HelmRelease};
-use crate::deployer::description::{self, DeployError};
+use crate::deployer::description;
 use crate::deployer::generic::ChildCluster;
-use crate::deployer::helm::{HelmDeployError, HelmDeployer, Target};
+use crate::deployer::helm::{HelmDeployer, Target};
 use crate::deployer::who;
 use crate::helm::cli::Helm;
-use crate::runtime::controller::Backoff;
+use crate::runtime::controller::{Controller, Source};
 use crate::runtime::events::Events;
 use crate::runtime::{self, Runtime};
 
@@ -34,7 +33,6 @@ struct Pull {
     child: Arc<ChildCluster>,
     api: Api<Description>,
     store: kube::runtime::reflector::Store<Description>,
-    backoff: Backoff,
     resync: std::time::Duration,
 }
 
@@ -107,28 +105,23 @@ pub async fn run(rt: &Runtime, reg: &Registration, stop: CancellationToken) {
             .backoff(runtime::cache::watch_backoff())
             .modify(|d| d.meta_mut().managed_fields = None),
     )
-    .applied_objects();
-    let controller = Controller::for_stream(descriptions, store.clone())
-        .trigger_backoff(runtime::cache::watch_backoff());
-    let backoff = Backoff::default();
+    .applied_objects()
+    .filter_map(|d| futures::future::ready(d.ok().map(|d| ObjectRef::from_obj(&d))));
     let ctx = Arc::new(Pull {
         // events about Descriptions go to the parent, as upstream's agent records them
         events: Events::new(reg.parent.clone(), "clusternet-agent"),
         child,
         api,
-        store,
-        backoff: backoff.clone(),
+        store: store.clone(),
         resync: rt.config.drift_resync,
     });
-    controller
-        .with_config(controller::Config::default().concurrency(4))
+    Controller::on("description-pull", Source::store(store, descriptions))
         // a change to an applied object in the child looks at its Description again
-        .reconcile_on(crate::deployer::generic::touched_stream(heard))
-        .graceful_shutdown_on(async move { stop.cancelled().await })
-        .run(
-            |desc, ctx: Arc<Pull>| async move {
-                let key = kube::ResourceExt::name_any(desc.as_ref());
-                let r = description::reconcile(
+        .triggered_by(crate::deployer::generic::touched_stream(heard))
+        .run(stop, move |desc| {
+            let ctx = ctx.clone();
+            async move {
+                description::reconcile(
                     &ctx.child,
                     &ctx.api,
                     desc,
@@ -136,20 +129,9 @@ pub async fn run(rt: &Runtime, reg: &Registration, stop: CancellationToken) {
                     &ctx.events,
                     ctx.resync,
                 )
-                .await;
-                if r.is_ok() {
-                    ctx.backoff.succeeded(&key);
-                }
-                r
-            },
-            move |desc, err: &DeployError, _| {
-                let (wait, failures) = backoff.failed(&kube::ResourceExt::name_any(desc.as_ref()));
-                warn!(description = %kube::ResourceExt::name_any(desc.as_ref()), error = %err, failures, retry_in = ?wait, "deploying failed; retrying");
-                Action::requeue(wait)
-            },
-            ctx,
-        )
-        .for_each(|_| async {})
+                .await
+            }
+        })
         .await;
     let _ = helm.await;
 }
@@ -180,31 +162,17 @@ async fn run_helm(
     ));
     let target = Arc::new(target);
     let api: Api<HelmRelease> = Api::namespaced(parent, &namespace);
-    let backoff = Backoff::default();
-    let on_error = backoff.clone();
-    Controller::new(api, watcher::Config::default())
-        .trigger_backoff(runtime::cache::watch_backoff())
-        .with_config(controller::Config::default().concurrency(4))
-        .graceful_shutdown_on(async move { stop.cancelled().await })
-        .run(
-            move |hr, _: Arc<()>| {
-                let (deployer, target, backoff) = (deployer.clone(), target.clone(), backoff.clone());
-                async move {
-                    let key = kube::ResourceExt::name_any(hr.as_ref());
-                    let r = deployer.reconcile(&target, hr).await;
-                    if r.is_ok() {
-                        backoff.succeeded(&key);
-                    }
-                    r
-                }
-            },
-            move |hr, err: &HelmDeployError, _| {
-                let (wait, failures) = on_error.failed(&kube::ResourceExt::name_any(hr.as_ref()));
-                warn!(helmrelease = %kube::ResourceExt::name_any(hr.as_ref()), error = %err, failures, retry_in = ?wait, "helm release failed; retrying");
-                Action::requeue(wait)
-            },
-            Arc::new(()),
-        )
-        .for_each(|_| async {})
+    let (store, writer) = reflector::store::<HelmRelease>();
+    let releases = reflector(
+        writer,
+        watcher(api, watcher::Config::default()).backoff(runtime::cache::watch_backoff()),
+    )
+    .applied_objects()
+    .filter_map(|r| futures::future::ready(r.ok().map(|r| ObjectRef::from_obj(&r))));
+    Controller::on("helmrelease-pull", Source::store(store, releases))
+        .run(stop, move |hr| {
+            let (deployer, target) = (deployer.clone(), target.clone());
+            async move { deployer.reconcile(&target, hr).await }
+        })
         .await;
 }

@@ -11,6 +11,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::runtime::controller::Action;
+use crate::runtime::controller::Controller;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -19,7 +21,6 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams};
 use kube::runtime::WatchStreamExt;
-use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -30,7 +31,7 @@ use crate::apis::known;
 use crate::apis::{ServiceExport, ServiceExportStatus};
 use crate::runtime::Runtime;
 use crate::runtime::apply;
-use crate::runtime::controller::{ApiFailure, ReconcileError};
+use crate::runtime::controller::{ApiFailure, ReconcileError, labelled, named_by};
 
 pub const FIELD_MANAGER: &str = "clusternet/agent/serviceexport";
 /// mcs-api's condition: the export's Service can be exported.
@@ -290,9 +291,6 @@ pub async fn run(rt: &Runtime, reg: &Registration, stop: CancellationToken) {
     let exports = rt.cache.watch::<ServiceExport>();
     let services = rt.cache.watch::<Service>();
     let slices = rt.cache.watch::<EndpointSlice>();
-    if !services.ready_until(&stop).await || !slices.ready_until(&stop).await {
-        return;
-    }
     info!(namespace = %reg.namespace, "exporting the EndpointSlices of ServiceExports to the parent");
     let ctx = Arc::new(Ctx {
         exports: Api::all(rt.client.clone()),
@@ -302,20 +300,13 @@ pub async fn run(rt: &Runtime, reg: &Registration, stop: CancellationToken) {
         parent_ns: reg.namespace.clone(),
     });
     // a slice or a Service names its export: same namespace, the Service's name
-    let by_slice = slices
-        .subscribe()
-        .filter_map(|s: Arc<EndpointSlice>| async move {
-            let name = s
-                .labels()
-                .get(known::KUBERNETES_SERVICE_NAME_LABEL)?
-                .clone();
-            Some(ObjectRef::<ServiceExport>::new(&name).within(&s.namespace()?))
-        });
-    let by_service = services
-        .subscribe()
-        .filter_map(|s: Arc<Service>| async move {
-            Some(ObjectRef::<ServiceExport>::new(&s.name_any()).within(&s.namespace()?))
-        });
+    let by_slice = named_by(slices.subscribe(), |s: &EndpointSlice| {
+        let name = s.labels().get(known::KUBERNETES_SERVICE_NAME_LABEL)?;
+        Some((s.namespace()?, name.clone()))
+    });
+    let by_service = named_by(services.subscribe(), |s: &Service| {
+        Some((s.namespace()?, s.name_any()))
+    });
     // the parent's ServiceImport controller marks conflicts on the copies
     let copies: Api<EndpointSlice> = Api::namespaced(reg.parent.clone(), &reg.namespace);
     let by_copy = kube::runtime::watcher(
@@ -328,18 +319,25 @@ pub async fn run(rt: &Runtime, reg: &Registration, stop: CancellationToken) {
     )
     .backoff(crate::runtime::cache::watch_backoff())
     .touched_objects()
-    .filter_map(|s| async move {
-        let s = s.ok()?;
-        let name = s.labels().get(known::LABEL_SERVICE_NAME)?.clone();
-        let ns = s.labels().get(known::LABEL_SERVICE_NAMESPACE)?.clone();
-        Some(ObjectRef::<ServiceExport>::new(&name).within(&ns))
+    .filter_map(|s| futures::future::ready(s.ok().map(Arc::new)));
+    let by_copy = named_by(by_copy, |s: &EndpointSlice| {
+        labelled(
+            s.labels(),
+            known::LABEL_SERVICE_NAMESPACE,
+            known::LABEL_SERVICE_NAME,
+        )
     });
-    let also = futures::stream::select(futures::stream::select(by_slice, by_service), by_copy);
-    crate::runtime::controller::run_with("serviceexport", exports, 2, stop, also, move |export| {
-        let ctx = ctx.clone();
-        async move { reconcile(&ctx, export).await }
-    })
-    .await;
+    Controller::new("serviceexport", &exports)
+        .concurrency(2)
+        .after([services.listed(), slices.listed()])
+        .triggered_by(by_slice)
+        .triggered_by(by_service)
+        .triggered_by(by_copy)
+        .run(stop, move |export| {
+            let ctx = ctx.clone();
+            async move { reconcile(&ctx, export).await }
+        })
+        .await;
 }
 
 fn key(export: &ServiceExport) -> String {

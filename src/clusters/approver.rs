@@ -9,13 +9,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::runtime::controller::Action;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
 };
 use kube::api::{Api, ListParams, ObjectMeta, PostParams};
-use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
@@ -28,7 +28,7 @@ use crate::apis::{
     ApprovedResult, ClusterRegistrationRequest, ClusterRegistrationRequestStatus, ClusterSyncMode,
     ManagedCluster, ManagedClusterSpec,
 };
-use crate::runtime::controller::{ApiFailure, ReconcileError, recheck};
+use crate::runtime::controller::{ApiFailure, Controller, ReconcileError, recheck};
 use crate::runtime::{Runtime, api_code};
 
 #[derive(Debug, thiserror::Error)]
@@ -59,18 +59,17 @@ impl ReconcileError for ApproveError {
 }
 
 pub async fn run(rt: Runtime, stop: CancellationToken) {
-    let shared = rt.cache.watch::<ClusterRegistrationRequest>();
+    let requests = rt.cache.watch::<ClusterRegistrationRequest>();
     let clusters = rt.cache.watch::<ManagedCluster>();
-    // an empty cache that has not listed yet would look like "no ManagedCluster"
-    if !clusters.ready_until(&stop).await {
-        return;
-    }
     let ctx = Arc::new((rt, clusters.store.clone()));
-    crate::runtime::controller::run("crrapprover", shared, 4, stop, move |crr| {
-        let ctx = ctx.clone();
-        async move { reconcile(&ctx.0, &ctx.1, &crr).await }
-    })
-    .await;
+    Controller::new("crrapprover", &requests)
+        // an empty cache that has not listed yet would look like "no ManagedCluster"
+        .after([clusters.listed()])
+        .run(stop, move |crr| {
+            let ctx = ctx.clone();
+            async move { reconcile(&ctx.0, &ctx.1, &crr).await }
+        })
+        .await;
 }
 
 fn labels_for(id: &str, name: &str) -> BTreeMap<String, String> {

@@ -18,7 +18,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
@@ -27,7 +27,7 @@ use tracing::{error, info, warn};
 
 use crate::apis::known;
 use crate::runtime::Runtime;
-use crate::runtime::controller::{ApiFailure, Backoff, ReconcileError};
+use crate::runtime::controller::{Action, ApiFailure, Controller, ReconcileError, Source};
 
 pub const FIELD_MANAGER: &str = "clusternet/controller/clusterdiscovery";
 /// Cluster API's group.
@@ -269,7 +269,6 @@ async fn served_version(client: &Client) -> Result<Option<&'static str>, kube::E
 struct Ctx {
     client: Client,
     version: &'static str,
-    backoff: Backoff,
 }
 
 /// Runs the discovery until `stop`, when `--cluster-api-kubeconfig` is set.
@@ -331,19 +330,44 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         )
         .then_some(())
     });
-    let ctx = Arc::new(Ctx {
-        client,
-        version,
-        backoff: Backoff::default(),
+    let ctx = Arc::new(Ctx { client, version });
+    let writer = kube::runtime::reflector::store::Writer::new(resource.clone());
+    let store = writer.as_reader();
+    let every = store.clone();
+    let changes = kube::runtime::reflector(
+        writer,
+        watcher(clusters, watcher::Config::default())
+            .backoff(crate::runtime::cache::watch_backoff()),
+    )
+    .applied_objects()
+    .filter_map({
+        let resource = resource.clone();
+        move |c| {
+            futures::future::ready(
+                c.ok()
+                    .map(|c| ObjectRef::from_obj_with(&c, resource.clone())),
+            )
+        }
     });
-    Controller::new_with(clusters, watcher::Config::default(), resource)
-        .trigger_backoff(crate::runtime::cache::watch_backoff())
-        .with_config(kube::runtime::controller::Config::default().concurrency(2))
-        .reconcile_all_on(settings_changed)
-        .graceful_shutdown_on(async move { stop.cancelled().await })
-        .run(reconcile, error_policy, ctx)
-        .for_each(|_| async {})
-        .await;
+    Controller::on(
+        "clusterdiscovery",
+        Source::store_with(store, changes, resource.clone()),
+    )
+    .concurrency(2)
+    .triggered_by(settings_changed.flat_map(move |()| {
+        futures::stream::iter(
+            every
+                .state()
+                .iter()
+                .map(|c| ObjectRef::from_obj_with(c.as_ref(), resource.clone()))
+                .collect::<Vec<_>>(),
+        )
+    }))
+    .run(stop, move |cluster| {
+        let ctx = ctx.clone();
+        async move { reconcile(cluster, ctx).await }
+    })
+    .await;
 }
 
 fn key(cluster: &DynamicObject) -> String {
@@ -352,16 +376,6 @@ fn key(cluster: &DynamicObject) -> String {
         cluster.namespace().unwrap_or_default(),
         cluster.name_any()
     )
-}
-
-fn error_policy(cluster: Arc<DynamicObject>, err: &DiscoveryError, ctx: Arc<Ctx>) -> Action {
-    let (wait, failures) = ctx.backoff.failed(&key(&cluster));
-    if failures <= 1 || failures.is_power_of_two() {
-        warn!(cluster = %key(&cluster), error = %err, failures, retry_in = ?wait, "Cluster API discovery failed");
-    }
-    metrics::counter!("clusternet_controller_reconcile_errors_total", "controller" => "clusterdiscovery", "reason" => err.metric_label()).increment(1);
-    // a missing Secret is watched: no need to come back before it appears
-    Action::requeue(wait.min(RETRY))
 }
 
 async fn reconcile(cluster: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, DiscoveryError> {
@@ -405,7 +419,6 @@ async fn reconcile(cluster: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action,
     tokio::time::timeout(BUDGET, apply)
         .await
         .map_err(|_| DiscoveryError::Timeout(name.clone()))??;
-    ctx.backoff.succeeded(&name);
     info!(cluster = %name, "agent bundle and ClusterResourceSet in place; Cluster API applies them to the cluster");
     Ok(Action::await_change())
 }

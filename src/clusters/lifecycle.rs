@@ -7,14 +7,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::runtime::controller::Action;
+use crate::runtime::controller::{Event, finalizer};
 use k8s_openapi::api::core::v1::{Namespace, Taint};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use kube::runtime::controller::Action;
-use kube::runtime::finalizer::{Event, finalizer};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
@@ -26,7 +26,7 @@ use crate::apis::clusters::{
 };
 use crate::apis::known;
 use crate::apis::{ClusterRegistrationRequest, ManagedCluster};
-use crate::runtime::controller::{ApiFailure, ReconcileError};
+use crate::runtime::controller::{ApiFailure, Controller, ReconcileError};
 use crate::runtime::{Runtime, api_code, apply};
 
 /// The field manager of the conditions this controller reports.
@@ -59,11 +59,12 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         fleet_metrics(&store.state(), Timestamp::now())
     });
     let ctx = Arc::new(rt);
-    crate::runtime::controller::run("clusterlifecycle", shared, 4, stop, move |mc| {
-        let ctx = ctx.clone();
-        async move { reconcile(&ctx, mc).await }
-    })
-    .await;
+    Controller::new("clusterlifecycle", &shared)
+        .run(stop, move |mc| {
+            let ctx = ctx.clone();
+            async move { reconcile(&ctx, mc).await }
+        })
+        .await;
 }
 
 async fn reconcile(rt: &Runtime, mc: Arc<ManagedCluster>) -> Result<Action, LifecycleError> {

@@ -5,9 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::runtime::controller::Action;
 use kube::ResourceExt;
 use kube::api::Api;
-use kube::runtime::controller::Action;
 use serde_json::json;
 use tracing::{info, warn};
 

@@ -17,10 +17,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::runtime::controller::Action;
 use chrono::{DateTime, Utc};
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
-use kube::runtime::controller::Action;
 use serde_json::{Value, json};
 use tracing::info;
 

@@ -20,9 +20,10 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
+use crate::runtime::controller::Action;
+use crate::runtime::controller::Controller;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
-use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
@@ -83,9 +84,7 @@ struct Ctx {
 
 pub async fn run(rt: Runtime, stop: CancellationToken) {
     let descs = rt.cache.watch::<Description>();
-    let Some((clusters, secrets)) = cluster_watches(&rt, &stop).await else {
-        return;
-    };
+    let (clusters, secrets) = cluster_watches(&rt);
     let (touched, heard) = tokio::sync::mpsc::unbounded_channel();
     let children = ChildCache::new(Some(touched), rt.config.retain_managers.clone());
     let ctx = Arc::new(Ctx {
@@ -108,18 +107,22 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     let reported_in = clusters
         .subscribe()
         .flat_map(move |mc| futures::stream::iter(again.take(&mc.namespace().unwrap_or_default())));
-    let also = futures::stream::select(super::generic::touched_stream(heard), reported_in);
-    crate::runtime::controller::run_with("description-push", descs, 8, stop, also, move |desc| {
-        let ctx = ctx.clone();
-        let failed = failed.clone();
-        async move {
-            let (ns, name) = (desc.namespace().unwrap_or_default(), desc.name_any());
-            let r = reconcile(&ctx, desc).await;
-            failed.record(&ns, &name, r.is_err());
-            r
-        }
-    })
-    .await;
+    Controller::new("description-push", &descs)
+        .concurrency(8)
+        .after([clusters.listed(), secrets.listed()])
+        .triggered_by(super::generic::touched_stream(heard))
+        .triggered_by(reported_in)
+        .run(stop, move |desc| {
+            let ctx = ctx.clone();
+            let failed = failed.clone();
+            async move {
+                let (ns, name) = (desc.namespace().unwrap_or_default(), desc.name_any());
+                let r = reconcile(&ctx, desc).await;
+                failed.record(&ns, &name, r.is_err());
+                r
+            }
+        })
+        .await;
 }
 
 /// The Descriptions whose last push failed, per cluster namespace.
@@ -152,21 +155,13 @@ impl Failed {
     }
 }
 
-/// The ManagedClusters and their child-cluster Secrets (the credentials a push uses), once both
-/// are listed; `None` when stopped first.
-async fn cluster_watches(
-    rt: &Runtime,
-    stop: &CancellationToken,
-) -> Option<(Shared<ManagedCluster>, Shared<Secret>)> {
+/// The ManagedClusters and their child-cluster Secrets (the credentials a push uses).
+fn cluster_watches(rt: &Runtime) -> (Shared<ManagedCluster>, Shared<Secret>) {
     let clusters = rt.cache.watch::<ManagedCluster>();
     let secrets = rt
         .cache
         .watch_named::<Secret>(known::CHILD_CLUSTER_SECRET_NAME);
-    let _ = clusters.ready_until(stop).await;
-    secrets
-        .ready_until(stop)
-        .await
-        .then_some((clusters, secrets))
+    (clusters, secrets)
 }
 
 fn cluster_of<K: Resource>(
@@ -336,9 +331,7 @@ async fn child_client(
 /// longer exists lets go without touching the child.
 pub async fn run_helm(rt: Runtime, stop: CancellationToken) {
     let releases = rt.cache.watch::<HelmRelease>();
-    let Some((clusters, secrets)) = cluster_watches(&rt, &stop).await else {
-        return;
-    };
+    let (clusters, secrets) = cluster_watches(&rt);
     let ctx = Arc::new(HelmCtx {
         deployer: HelmDeployer::new(
             Helm::in_temp_dir(rt.config.helm_binary.clone()),
@@ -355,11 +348,13 @@ pub async fn run_helm(rt: Runtime, stop: CancellationToken) {
         proxy: ProxyAvailability::default(),
         parent_config: tokio::sync::OnceCell::new(),
     });
-    crate::runtime::controller::run("helmrelease-push", releases, 4, stop, move |hr| {
-        let ctx = ctx.clone();
-        async move { reconcile_helm(&ctx, hr).await }
-    })
-    .await;
+    Controller::new("helmrelease-push", &releases)
+        .after([clusters.listed(), secrets.listed()])
+        .run(stop, move |hr| {
+            let ctx = ctx.clone();
+            async move { reconcile_helm(&ctx, hr).await }
+        })
+        .await;
 }
 
 struct HelmCtx {

@@ -16,11 +16,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::runtime::controller::Action;
+use crate::runtime::controller::Controller;
+use crate::runtime::controller::{Event, finalizer};
 use futures::StreamExt;
 use k8s_openapi::ByteString;
 use kube::api::{Api, DeleteParams};
-use kube::runtime::controller::Action;
-use kube::runtime::finalizer::{Event, finalizer};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
@@ -35,7 +36,7 @@ use crate::apis::{
     SchedulingStrategy, Subscription,
 };
 use crate::runtime::cache::{Index, Shared};
-use crate::runtime::controller::{ApiFailure, ReconcileError, recheck};
+use crate::runtime::controller::{ApiFailure, ReconcileError, recheck, through_index};
 use crate::runtime::events::Events;
 use crate::runtime::{Runtime, api_code, apply};
 
@@ -91,90 +92,48 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     let subs = rt.cache.watch::<Subscription>();
     let inventories = rt.cache.watch::<FeedInventory>();
     let charts = rt.cache.watch::<HelmChart>();
-    // an empty cache that has not listed yet would look like "no Description": never decide from it
-    let kinds = [
-        manifests.listed(),
-        charts.listed(),
-        locs.listed(),
-        descs.listed(),
-        subs.listed(),
-        inventories.listed(),
-    ];
-    if !crate::runtime::cache::all_listed(&stop, kinds).await {
-        return;
-    }
-    // re-render the Bases a changed Manifest or override refers to (looked up by feed, then
-    // checked in full)
-    let bases_by_feed = index::bases_by_feed(&bases);
-    let by_feed = move |feed: String, matches: Box<dyn Fn(&Base) -> bool + Send>| {
-        bases_by_feed
-            .get(&feed)
-            .iter()
-            .filter(|b| matches(b))
-            .map(|b| ObjectRef::from_obj(b.as_ref()))
-            .collect::<Vec<_>>()
-    };
-    let by_feed = Arc::new(by_feed);
-    let f1 = by_feed.clone();
-    let from_manifests = manifests.subscribe().flat_map(move |m| {
-        let labels = m.labels().clone();
-        let feed = index::feed_key(
-            labels
-                .get(known::CONFIG_KIND_LABEL)
-                .map_or("", String::as_str),
-            labels
-                .get(known::CONFIG_NAME_LABEL)
-                .map_or("", String::as_str),
-        );
-        futures::stream::iter(f1(
-            feed,
-            Box::new(move |b: &Base| b.spec.feeds.iter().any(|f| feeds::matches(f, &labels))),
-        ))
-    });
-    let f2 = by_feed.clone();
+    let by_feed = index::bases_by_feed(&bases);
+    let feed_of = |f: &crate::apis::Feed| vec![index::feed_key(&f.kind, &f.name)];
     // only ApplyNow overrides re-render at once; ApplyLater ones wait for the next render (§5.1)
-    let apply_now = |p: &Option<OverridePolicy>| *p == Some(OverridePolicy::ApplyNow);
-    let from_locs = locs
-        .subscribe()
-        .filter(move |l| futures::future::ready(apply_now(&l.spec.override_policy)))
-        .flat_map(move |l| {
-            let (ns, feed) = (l.namespace().unwrap_or_default(), l.spec.feed.clone());
-            futures::stream::iter(f2(
-                index::feed_key(&feed.kind, &feed.name),
-                Box::new(move |b: &Base| {
-                    b.namespace().as_deref() == Some(ns.as_str())
-                        && b.spec.feeds.iter().any(|f| same_feed(f, &feed))
-                }),
-            ))
-        });
-    let f3 = by_feed.clone();
-    let from_globs = globs
-        .subscribe()
-        .filter(move |g| futures::future::ready(apply_now(&g.spec.override_policy)))
-        .flat_map(move |g| {
-            let feed = g.spec.feed.clone();
-            futures::stream::iter(f3(
-                index::feed_key(&feed.kind, &feed.name),
-                Box::new(move |b: &Base| b.spec.feeds.iter().any(|f| same_feed(f, &feed))),
-            ))
-        });
-    let f4 = by_feed.clone();
-    // a HelmChart found or lost (its status) re-renders the Bases that list it (§6)
-    let from_charts = charts.subscribe().flat_map(move |c| {
-        let (ns, name) = (c.namespace().unwrap_or_default(), c.name_any());
-        futures::stream::iter(f4(
-            index::feed_key("HelmChart", &name),
-            Box::new(move |b: &Base| {
-                b.spec
-                    .feeds
-                    .iter()
-                    .any(|f| f.kind == "HelmChart" && f.namespace == ns && f.name == name)
-            }),
-        ))
-    });
-    let also = futures::stream::select(
-        futures::stream::select(from_manifests, from_charts),
-        futures::stream::select(from_locs, from_globs),
+    let apply_now =
+        |p: &Option<OverridePolicy>| futures::future::ready(*p == Some(OverridePolicy::ApplyNow));
+    // a changed Manifest or override re-renders the Bases that list its feed (looked up by feed,
+    // then checked in full); a HelmChart found or lost (its status) the Bases that list it (§6)
+    let from_manifests = through_index(
+        manifests.subscribe(),
+        by_feed.clone(),
+        index::manifest_feed_keys,
+        |b: &Base, m: &Manifest| b.spec.feeds.iter().any(|f| feeds::matches(f, m.labels())),
+    );
+    let from_locs = through_index(
+        locs.subscribe()
+            .filter(move |l| apply_now(&l.spec.override_policy)),
+        by_feed.clone(),
+        move |l: &Localization| feed_of(&l.spec.feed),
+        |b: &Base, l: &Localization| {
+            b.namespace() == l.namespace()
+                && b.spec.feeds.iter().any(|f| same_feed(f, &l.spec.feed))
+        },
+    );
+    let from_globs = through_index(
+        globs
+            .subscribe()
+            .filter(move |g| apply_now(&g.spec.override_policy)),
+        by_feed.clone(),
+        move |g: &Globalization| feed_of(&g.spec.feed),
+        |b: &Base, g: &Globalization| b.spec.feeds.iter().any(|f| same_feed(f, &g.spec.feed)),
+    );
+    let from_charts = through_index(
+        charts.subscribe(),
+        by_feed,
+        |c: &HelmChart| vec![index::feed_key("HelmChart", &c.name_any())],
+        |b: &Base, c: &HelmChart| {
+            b.spec.feeds.iter().any(|f| {
+                f.kind == "HelmChart"
+                    && Some(&f.namespace) == c.namespace().as_ref()
+                    && f.name == c.name_any()
+            })
+        },
     );
     let ctx = Arc::new(Ctx {
         events: Events::new(
@@ -192,11 +151,27 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         subscriptions: subs.store.clone(),
         inventories: inventories.store.clone(),
     });
-    crate::runtime::controller::run_with("base", bases, 8, stop, also, move |base| {
-        let ctx = ctx.clone();
-        async move { reconcile(&ctx, base).await }
-    })
-    .await;
+    Controller::new("base", &bases)
+        .concurrency(8)
+        // an empty cache that has not listed yet would look like "no Description": never
+        // decide from it
+        .after([
+            manifests.listed(),
+            charts.listed(),
+            locs.listed(),
+            descs.listed(),
+            subs.listed(),
+            inventories.listed(),
+        ])
+        .triggered_by(from_manifests)
+        .triggered_by(from_locs)
+        .triggered_by(from_globs)
+        .triggered_by(from_charts)
+        .run(stop, move |base| {
+            let ctx = ctx.clone();
+            async move { reconcile(&ctx, base).await }
+        })
+        .await;
 }
 
 fn same_feed(a: &crate::apis::Feed, b: &crate::apis::Feed) -> bool {

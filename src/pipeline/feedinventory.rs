@@ -6,12 +6,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use crate::runtime::controller::Action;
+use crate::runtime::controller::Controller;
 use k8s_openapi::api::core::v1::{PodSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{Api, ObjectMeta};
-use kube::runtime::controller::Action;
-use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -24,7 +23,7 @@ use crate::apis::{
     Subscription,
 };
 use crate::kube_ext::quantity;
-use crate::runtime::controller::{ApiFailure, ReconcileError, recheck};
+use crate::runtime::controller::{ApiFailure, ReconcileError, recheck, through_index};
 use crate::runtime::{Runtime, apply};
 
 /// The field manager of the FeedInventories this controller writes.
@@ -64,23 +63,27 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     // a Manifest change re-inventories every Dividing Subscription that references it
     let subs_by_feed = super::index::subscriptions_by_feed(&subs);
     let reserved = rt.config.reserved_namespace.clone();
-    let also = manifests.subscribe().flat_map(move |m| {
-        let subs = super::index::subscriptions_for_manifest(&subs_by_feed, &m);
-        let refs: Vec<ObjectRef<Subscription>> = feeds::subscriptions_using(&m, &reserved, &subs)
-            .filter(|s| s.spec.scheduling_strategy == Some(SchedulingStrategy::Dividing))
-            .map(|s| ObjectRef::from_obj(s.as_ref()))
-            .collect();
-        futures::stream::iter(refs)
-    });
+    let also = through_index(
+        manifests.subscribe(),
+        subs_by_feed,
+        super::index::manifest_feed_keys,
+        move |s: &Subscription, m: &Manifest| {
+            s.spec.scheduling_strategy == Some(SchedulingStrategy::Dividing)
+                && feeds::uses(s, m, &reserved)
+        },
+    );
     let ctx = Arc::new((rt, super::index::manifests_by_feed(&manifests)));
-    crate::runtime::controller::run_with("feedinventory", subs, 4, stop, also, move |sub| {
-        let ctx = ctx.clone();
-        async move {
-            let manifests = super::index::manifests_of(&ctx.1, &sub.spec.feeds);
-            reconcile(&ctx.0, &manifests, &sub).await
-        }
-    })
-    .await;
+    Controller::new("feedinventory", &subs)
+        .concurrency(4)
+        .triggered_by(also)
+        .run(stop, move |sub| {
+            let ctx = ctx.clone();
+            async move {
+                let manifests = super::index::manifests_of(&ctx.1, &sub.spec.feeds);
+                reconcile(&ctx.0, &manifests, &sub).await
+            }
+        })
+        .await;
 }
 
 fn sum(acc: &mut BTreeMap<String, i128>, m: Option<&BTreeMap<String, Quantity>>) {

@@ -11,11 +11,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use crate::runtime::controller::Action;
+use crate::runtime::controller::Controller;
 use k8s_openapi::NamespaceResourceScope;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::controller::Action;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -25,7 +25,7 @@ use super::feeds;
 use crate::apis::known;
 use crate::apis::{HelmChart, Manifest, Subscription};
 use crate::runtime::cache::Shared;
-use crate::runtime::controller::{ApiFailure, ReconcileError};
+use crate::runtime::controller::{ApiFailure, ReconcileError, through_index};
 use crate::runtime::events::Events;
 use crate::runtime::{Runtime, api_code};
 
@@ -87,9 +87,6 @@ struct Ctx {
 
 pub async fn run(rt: Runtime, stop: CancellationToken) {
     let subs = rt.cache.watch::<Subscription>();
-    if !subs.ready_until(&stop).await {
-        return;
-    }
     let ctx = Arc::new(Ctx {
         events: Events::new(
             rt.events_client.clone(),
@@ -111,21 +108,20 @@ async fn protect<K: ProtectedFeed>(
 ) {
     let objects = ctx.rt.cache.watch::<K>();
     // a Subscription that goes away (or drops a feed) may release a feed being deleted
-    let deleting = super::index::deleting(&objects);
-    let also = subs.subscribe().flat_map(move |_| {
-        futures::stream::iter(
-            deleting
-                .get("")
-                .iter()
-                .map(|m| ObjectRef::from_obj(m.as_ref()))
-                .collect::<Vec<_>>(),
-        )
-    });
-    crate::runtime::controller::run_with(K::CONTROLLER, objects, 4, stop, also, move |o| {
-        let ctx = ctx.clone();
-        async move { reconcile(&ctx, o).await }
-    })
-    .await;
+    let deleting = through_index(
+        subs.subscribe(),
+        super::index::deleting(&objects),
+        |_: &Subscription| vec![String::new()],
+        |_: &K, _: &Subscription| true,
+    );
+    Controller::new(K::CONTROLLER, &objects)
+        .after([subs.listed()])
+        .triggered_by(deleting)
+        .run(stop, move |o| {
+            let ctx = ctx.clone();
+            async move { reconcile(&ctx, o).await }
+        })
+        .await;
 }
 
 /// The Subscriptions (`namespace/name`, sorted) that use `feed`.

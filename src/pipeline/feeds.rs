@@ -39,16 +39,20 @@ pub fn matches(feed: &Feed, labels: &BTreeMap<String, String>) -> bool {
         .all(|(k, v)| labels.get(*k) == Some(v))
 }
 
-/// The Subscriptions among `subs` that use Manifest `m` as a feed (none when `m` is not in the
-/// reserved namespace, where feeds live).
+/// Whether Subscription `s` uses Manifest `m` as a feed (never when `m` is not in the reserved
+/// namespace, where feeds live).
+pub fn uses(s: &Subscription, m: &Manifest, reserved_ns: &str) -> bool {
+    m.namespace().as_deref() == Some(reserved_ns)
+        && s.spec.feeds.iter().any(|f| matches(f, m.labels()))
+}
+
+/// The Subscriptions among `subs` that use Manifest `m` as a feed.
 pub fn subscriptions_using<'a>(
     m: &'a Manifest,
     reserved_ns: &'a str,
     subs: &'a [Arc<Subscription>],
 ) -> impl Iterator<Item = &'a Arc<Subscription>> + 'a {
-    let here = m.namespace().as_deref() == Some(reserved_ns);
-    subs.iter()
-        .filter(move |s| here && s.spec.feeds.iter().any(|f| matches(f, m.labels())))
+    subs.iter().filter(move |s| uses(s, m, reserved_ns))
 }
 
 /// The Manifests of a feed among `manifests` (the reserved namespace's), oldest first so "the

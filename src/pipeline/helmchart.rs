@@ -9,9 +9,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::runtime::controller::Action;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::controller::Action;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
@@ -19,7 +19,7 @@ use tracing::info;
 use crate::apis::{HelmChart, HelmChartPhase, HelmChartStatus};
 use crate::helm::repo::{self, Credentials};
 use crate::runtime::Runtime;
-use crate::runtime::controller::{ApiFailure, ReconcileError};
+use crate::runtime::controller::{ApiFailure, Controller, ReconcileError};
 
 /// How often a Found chart is looked up again.
 const RECHECK_FOUND: Duration = Duration::from_secs(600);
@@ -58,11 +58,12 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         rt,
         looked: Mutex::default(),
     });
-    crate::runtime::controller::run("helmchart", charts, 4, stop, move |c| {
-        let ctx = ctx.clone();
-        async move { reconcile(&ctx, c).await }
-    })
-    .await;
+    Controller::new("helmchart", &charts)
+        .run(stop, move |c| {
+            let ctx = ctx.clone();
+            async move { reconcile(&ctx, c).await }
+        })
+        .await;
 }
 
 fn key(c: &HelmChart) -> String {

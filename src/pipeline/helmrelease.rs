@@ -8,10 +8,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::runtime::controller::Action;
+use crate::runtime::controller::Controller;
 use base64::Engine;
-use futures::StreamExt;
 use kube::api::Api;
-use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -20,7 +20,7 @@ use tracing::info;
 use crate::apis::known;
 use crate::apis::{Description, DescriptionDeployer, HelmChart, HelmRelease};
 use crate::runtime::cache::Index;
-use crate::runtime::controller::{ApiFailure, ReconcileError};
+use crate::runtime::controller::{ApiFailure, ReconcileError, named_by};
 use crate::runtime::events::Events;
 use crate::runtime::{Runtime, apply};
 use k8s_openapi::api::core::v1::Secret;
@@ -52,23 +52,12 @@ struct Ctx {
 pub async fn run(rt: Runtime, stop: CancellationToken) {
     let descs = rt.cache.watch::<Description>();
     let releases = rt.cache.watch::<HelmRelease>();
-    if !releases.ready_until(&stop).await {
-        return;
-    }
     // a HelmRelease that goes (its release uninstalled) may let its Description go
-    let store = descs.store.clone();
-    let also = releases.subscribe().filter_map(move |r| {
-        let owner = r
-            .labels()
-            .get(known::CONFIG_NAME_LABEL)
-            .cloned()
-            .zip(r.namespace());
-        let found = owner.and_then(|(name, ns)| {
-            store.get(&kube::runtime::reflector::ObjectRef::new(&name).within(&ns))
-        });
-        futures::future::ready(
-            found.map(|d| kube::runtime::reflector::ObjectRef::from_obj(d.as_ref())),
-        )
+    let from_releases = named_by(releases.subscribe(), |r: &HelmRelease| {
+        Some((
+            r.namespace()?,
+            r.labels().get(known::CONFIG_NAME_LABEL)?.clone(),
+        ))
     });
     let ctx = Arc::new(Ctx {
         events: Events::new(
@@ -84,11 +73,14 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
                 .collect()
         }),
     });
-    crate::runtime::controller::run_with("helmrelease", descs, 4, stop, also, move |d| {
-        let ctx = ctx.clone();
-        async move { reconcile(&ctx, d).await }
-    })
-    .await;
+    Controller::new("helmrelease", &descs)
+        .after([releases.listed()])
+        .triggered_by(from_releases)
+        .run(stop, move |d| {
+            let ctx = ctx.clone();
+            async move { reconcile(&ctx, d).await }
+        })
+        .await;
 }
 
 /// The HelmReleases of `desc` in the cache (by its uid label).

@@ -6,7 +6,7 @@
 use kube::ResourceExt;
 
 use crate::apis::known;
-use crate::apis::{Base, Description, Feed, Manifest, Subscription};
+use crate::apis::{Base, Description, Feed, Manifest, ServiceImport, Subscription};
 use crate::runtime::cache::{Index, Shared};
 
 /// The key a feed is indexed by: its kind and name (namespace and group are checked by the
@@ -55,19 +55,9 @@ pub fn subscriptions_by_feed(s: &Shared<Subscription>) -> Index<Subscription> {
     s.index("feed", |sub| feed_keys(&sub.spec.feeds))
 }
 
-/// Manifests by the [`feed_key`] of the object they hold (their `config.kind` and `config.name`
-/// labels).
+/// Manifests by the [`feed_key`] of the object they hold ([`manifest_feed_keys`]).
 pub fn manifests_by_feed(s: &Shared<Manifest>) -> Index<Manifest> {
-    s.index("feed", |m| {
-        let l = m.labels();
-        match (
-            l.get(known::CONFIG_KIND_LABEL),
-            l.get(known::CONFIG_NAME_LABEL),
-        ) {
-            (Some(kind), Some(name)) => vec![feed_key(kind, name)],
-            _ => Vec::new(),
-        }
-    })
+    s.index("feed", manifest_feed_keys)
 }
 
 /// Objects whose deletion is under way (feeds held by the feed-protection finalizer).
@@ -86,18 +76,33 @@ pub fn manifests_of(index: &Index<Manifest>, feeds: &[Feed]) -> Vec<std::sync::A
     feed_keys(feeds).iter().flat_map(|k| index.get(k)).collect()
 }
 
-/// The Subscriptions that may use Manifest `m` as a feed (a superset: check with
-/// [`super::feeds::subscriptions_using`]).
-pub fn subscriptions_for_manifest(
-    index: &Index<Subscription>,
-    m: &Manifest,
-) -> Vec<std::sync::Arc<Subscription>> {
+/// The [`feed_key`] of the object Manifest `m` holds (its `config.kind` and `config.name`
+/// labels), to look up what may use it as a feed (a superset: check with
+/// [`super::feeds::uses`]).
+pub fn manifest_feed_keys(m: &Manifest) -> Vec<String> {
     let l = m.labels();
     match (
         l.get(known::CONFIG_KIND_LABEL),
         l.get(known::CONFIG_NAME_LABEL),
     ) {
-        (Some(kind), Some(name)) => index.get(&feed_key(kind, name)),
+        (Some(kind), Some(name)) => vec![feed_key(kind, name)],
         _ => Vec::new(),
     }
+}
+
+/// The key of an exported Service in the MCS labels of an object (`<namespace>/<name>` from
+/// `services.clusternet.io/multi-cluster-service-{namespace,name}`), if it carries both.
+pub fn exported_service_key(labels: &std::collections::BTreeMap<String, String>) -> Option<String> {
+    Some(format!(
+        "{}/{}",
+        labels.get(known::LABEL_SERVICE_NAMESPACE)?,
+        labels.get(known::LABEL_SERVICE_NAME)?
+    ))
+}
+
+/// ServiceImports by the exported Service their labels name ([`exported_service_key`]).
+pub fn imports_by_service(s: &Shared<ServiceImport>) -> Index<ServiceImport> {
+    s.index("exported-service", |si| {
+        exported_service_key(si.labels()).into_iter().collect()
+    })
 }

@@ -14,17 +14,16 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams};
-use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
+use super::index::{self, exported_service_key};
 use crate::apis::known;
 use crate::apis::{
     ManagedCluster, Manifest, ServiceImport, ServiceImportStatus, ServiceImportType,
@@ -32,7 +31,7 @@ use crate::apis::{
 use crate::hub::shadow::model::{MANIFEST_API_VERSION, naming};
 use crate::runtime::Runtime;
 use crate::runtime::apply;
-use crate::runtime::controller::{ApiFailure, ReconcileError};
+use crate::runtime::controller::{Action, ApiFailure, Controller, ReconcileError, through_index};
 use crate::runtime::events::Events;
 
 pub const FIELD_MANAGER: &str = "clusternet/controller/serviceimport";
@@ -515,12 +514,9 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     );
     if !rt.config.gate(known::MULTI_CLUSTER_SERVICE) {
         // say so on every ServiceImport rather than ignore them in silence
-        crate::runtime::controller::run(
-            "serviceimport",
-            imports,
-            1,
-            stop,
-            move |si: Arc<ServiceImport>| {
+        Controller::new("serviceimport", &imports)
+            .concurrency(1)
+            .run(stop, move |si: Arc<ServiceImport>| {
                 let events = events.clone();
                 async move {
                     if si.metadata.deletion_timestamp.is_none() {
@@ -528,9 +524,8 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
                     }
                     Ok::<_, std::convert::Infallible>(Action::await_change())
                 }
-            },
-        )
-        .await;
+            })
+            .await;
         return;
     }
     let selector = known::LABEL_SERVICE_NAME;
@@ -538,15 +533,6 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     let slices = rt.cache.watch_labelled::<EndpointSlice>(selector);
     let manifests = rt.cache.watch_labelled::<Manifest>(selector);
     let clusters = rt.cache.watch::<ManagedCluster>();
-    let kinds = [
-        services.listed(),
-        slices.listed(),
-        manifests.listed(),
-        clusters.listed(),
-    ];
-    if !crate::runtime::cache::all_listed(&stop, kinds).await {
-        return;
-    }
     let ctx = Arc::new(Ctx {
         client: rt.client.clone(),
         events,
@@ -557,45 +543,48 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         reserved_ns: rt.config.reserved_namespace.clone(),
         ingress_refused: std::sync::atomic::AtomicBool::new(false),
     });
-    // an exported or imported slice, or a derived Service, names the imports of its Service
-    let store = imports.store.clone();
-    let by_labels = move |labels: BTreeMap<String, String>| {
-        let refs: Vec<ObjectRef<ServiceImport>> = store
-            .state()
-            .iter()
-            .filter(|si| {
-                [known::LABEL_SERVICE_NAME, known::LABEL_SERVICE_NAMESPACE]
-                    .iter()
-                    .all(|k| si.labels().get(*k).is_some() && si.labels().get(*k) == labels.get(*k))
-            })
-            .map(|si| ObjectRef::from_obj(si.as_ref()))
-            .collect();
-        futures::stream::iter(refs)
+    // an exported or imported slice, a derived Service or a published Manifest names the imports
+    // of its Service
+    let by_service = index::imports_by_service(&imports);
+    let service_of =
+        |l: &BTreeMap<String, String>| exported_service_key(l).into_iter().collect::<Vec<_>>();
+    let same = |si: &ServiceImport, l: &BTreeMap<String, String>| {
+        exported_service_key(si.labels()).is_some_and(|k| Some(k) == exported_service_key(l))
     };
-    let slice_refs = {
-        let by_labels = by_labels.clone();
-        slices
-            .subscribe()
-            .flat_map(move |s: Arc<EndpointSlice>| by_labels(s.labels().clone()))
-    };
-    let service_refs = {
-        let by_labels = by_labels.clone();
-        services
-            .subscribe()
-            .flat_map(move |s: Arc<Service>| by_labels(s.labels().clone()))
-    };
-    let manifest_refs = manifests
-        .subscribe()
-        .flat_map(move |m: Arc<Manifest>| by_labels(m.labels().clone()));
-    let also = futures::stream::select(
-        futures::stream::select(slice_refs, service_refs),
-        manifest_refs,
+    let slice_refs = through_index(
+        slices.subscribe(),
+        by_service.clone(),
+        move |s: &EndpointSlice| service_of(s.labels()),
+        move |si: &ServiceImport, s: &EndpointSlice| same(si, s.labels()),
     );
-    crate::runtime::controller::run_with("serviceimport", imports, 2, stop, also, move |si| {
-        let ctx = ctx.clone();
-        async move { reconcile(&ctx, si).await }
-    })
-    .await;
+    let service_refs = through_index(
+        services.subscribe(),
+        by_service.clone(),
+        move |s: &Service| service_of(s.labels()),
+        move |si: &ServiceImport, s: &Service| same(si, s.labels()),
+    );
+    let manifest_refs = through_index(
+        manifests.subscribe(),
+        by_service,
+        move |m: &Manifest| service_of(m.labels()),
+        move |si: &ServiceImport, m: &Manifest| same(si, m.labels()),
+    );
+    Controller::new("serviceimport", &imports)
+        .concurrency(2)
+        .after([
+            services.listed(),
+            slices.listed(),
+            manifests.listed(),
+            clusters.listed(),
+        ])
+        .triggered_by(slice_refs)
+        .triggered_by(service_refs)
+        .triggered_by(manifest_refs)
+        .run(stop, move |si| {
+            let ctx = ctx.clone();
+            async move { reconcile(&ctx, si).await }
+        })
+        .await;
 }
 
 pub const GATE_OFF: &str = "feature gate MultiClusterService is off on the controller-manager: no Service or EndpointSlices are derived from this ServiceImport (start it with --feature-gates=MultiClusterService=true)";

@@ -7,10 +7,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use crate::runtime::controller::Action;
+use crate::runtime::controller::Controller;
 use kube::ResourceExt;
 use kube::api::Api;
-use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -23,7 +23,9 @@ use crate::apis::{
     Subscription,
 };
 use crate::runtime::cache::Index;
-use crate::runtime::controller::{ApiFailure, ReconcileError, recheck};
+use crate::runtime::controller::{
+    ApiFailure, ReconcileError, labelled, named_by, recheck, through_index,
+};
 use crate::runtime::events::Events;
 use crate::runtime::{Runtime, apply};
 
@@ -65,46 +67,35 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     let clusters = rt.cache.watch::<ManagedCluster>();
     let manifests = rt.cache.watch::<Manifest>();
     let charts = rt.cache.watch::<HelmChart>();
-    if !manifests.ready_until(&stop).await || !charts.ready_until(&stop).await {
-        return;
-    }
-    // a chart found or lost changes what the status says about the Subscriptions using it
+    // a chart found or lost changes what the status says about the Subscriptions using it, and
+    // so does a feed created (or deleted) after its Subscription
     let subs_by_feed = index::subscriptions_by_feed(&subs);
-    let chart_subs = subs_by_feed.clone();
-    let from_charts = charts.subscribe().flat_map(move |c| {
-        let (ns, name) = (c.namespace().unwrap_or_default(), c.name_any());
-        let refs: Vec<ObjectRef<Subscription>> = chart_subs
-            .get(&index::feed_key("HelmChart", &name))
-            .iter()
-            .filter(|s| {
-                s.spec
-                    .feeds
-                    .iter()
-                    .any(|f| f.kind == "HelmChart" && f.namespace == ns && f.name == name)
+    let from_charts = through_index(
+        charts.subscribe(),
+        subs_by_feed.clone(),
+        |c: &HelmChart| vec![index::feed_key("HelmChart", &c.name_any())],
+        |s: &Subscription, c: &HelmChart| {
+            s.spec.feeds.iter().any(|f| {
+                f.kind == "HelmChart"
+                    && Some(&f.namespace) == c.namespace().as_ref()
+                    && f.name == c.name_any()
             })
-            .map(|s| ObjectRef::from_obj(s.as_ref()))
-            .collect();
-        futures::stream::iter(refs)
-    });
-    // a feed created (or deleted) after its Subscription changes what the status says about it
-    let reserved = rt.config.reserved_namespace.clone();
-    let from_manifests = manifests.subscribe().flat_map(move |m| {
-        let subs = index::subscriptions_for_manifest(&subs_by_feed, &m);
-        let refs: Vec<ObjectRef<Subscription>> = feeds::subscriptions_using(&m, &reserved, &subs)
-            .map(|s| ObjectRef::from_obj(s.as_ref()))
-            .collect();
-        futures::stream::iter(refs)
-    });
-    let from_descs = descs.subscribe().filter_map(|d| async move {
-        let l = d.labels();
-        let ns = l.get(known::CONFIG_SUBSCRIPTION_NAMESPACE_LABEL)?;
-        let name = l.get(known::CONFIG_SUBSCRIPTION_NAME_LABEL)?;
-        Some(ObjectRef::<Subscription>::new(name).within(ns))
-    });
-    let also = futures::stream::select(
-        from_descs,
-        futures::stream::select(from_manifests, from_charts),
+        },
     );
+    let reserved = rt.config.reserved_namespace.clone();
+    let from_manifests = through_index(
+        manifests.subscribe(),
+        subs_by_feed,
+        index::manifest_feed_keys,
+        move |s: &Subscription, m: &Manifest| feeds::uses(s, m, &reserved),
+    );
+    let from_descs = named_by(descs.subscribe(), |d: &Description| {
+        labelled(
+            d.labels(),
+            known::CONFIG_SUBSCRIPTION_NAMESPACE_LABEL,
+            known::CONFIG_SUBSCRIPTION_NAME_LABEL,
+        )
+    });
     let ctx = Arc::new(Ctx {
         events: Events::new(
             rt.events_client.clone(),
@@ -117,11 +108,16 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         manifests: index::manifests_by_feed(&manifests),
         charts: charts.store.clone(),
     });
-    crate::runtime::controller::run_with("aggregatestatus", subs, 4, stop, also, move |sub| {
-        let ctx = ctx.clone();
-        async move { reconcile(&ctx, sub).await }
-    })
-    .await;
+    Controller::new("aggregatestatus", &subs)
+        .after([manifests.listed(), charts.listed()])
+        .triggered_by(from_descs)
+        .triggered_by(from_manifests)
+        .triggered_by(from_charts)
+        .run(stop, move |sub| {
+            let ctx = ctx.clone();
+            async move { reconcile(&ctx, sub).await }
+        })
+        .await;
 }
 
 /// The replica counters upstream reads from a workload's status.

@@ -9,12 +9,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::runtime::controller::Action;
+use crate::runtime::controller::Controller;
+use crate::runtime::controller::{Event, finalizer};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta};
-use kube::runtime::controller::Action;
-use kube::runtime::finalizer::{Error as FinalizerError, Event, finalizer};
+use kube::runtime::finalizer::Error as FinalizerError;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
@@ -29,7 +31,7 @@ use crate::apis::{
 };
 use crate::kube_ext::random_suffix;
 use crate::runtime::cache::{Expectations, Index, Shared};
-use crate::runtime::controller::{ApiFailure, ReconcileError, recheck};
+use crate::runtime::controller::{ApiFailure, ReconcileError, labelled, named_by, recheck};
 use crate::runtime::events::Events;
 use crate::runtime::{Runtime, api_code, apply};
 
@@ -101,21 +103,12 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     let locs = rt.cache.watch::<Localization>();
     let namespaces = rt.cache.watch::<Namespace>();
     let clusters = rt.cache.watch::<ManagedCluster>();
-    // an empty cache that has not listed yet would look like "no Bases": never decide from it
-    let kinds = [
-        bases.listed(),
-        locs.listed(),
-        namespaces.listed(),
-        clusters.listed(),
-    ];
-    if !crate::runtime::cache::all_listed(&stop, kinds).await {
-        return;
-    }
-    let also = futures::StreamExt::filter_map(bases.subscribe(), |b| async move {
-        let labels = b.labels();
-        let ns = labels.get(known::CONFIG_SUBSCRIPTION_NAMESPACE_LABEL)?;
-        let name = labels.get(known::CONFIG_SUBSCRIPTION_NAME_LABEL)?;
-        Some(kube::runtime::reflector::ObjectRef::new(name).within(ns))
+    let from_bases = named_by(bases.subscribe(), |b: &Base| {
+        labelled(
+            b.labels(),
+            known::CONFIG_SUBSCRIPTION_NAMESPACE_LABEL,
+            known::CONFIG_SUBSCRIPTION_NAME_LABEL,
+        )
     });
     let ctx = Arc::new(Ctx {
         events: Events::new(
@@ -131,11 +124,21 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         clusters: clusters.by_namespace(),
         expectations: Expectations::default(),
     });
-    crate::runtime::controller::run_with("subscription", subs, 8, stop, also, move |sub| {
-        let ctx = ctx.clone();
-        async move { reconcile(&ctx, sub).await }
-    })
-    .await;
+    Controller::new("subscription", &subs)
+        .concurrency(8)
+        // an empty cache that has not listed yet would look like "no Bases": never decide from it
+        .after([
+            bases.listed(),
+            locs.listed(),
+            namespaces.listed(),
+            clusters.listed(),
+        ])
+        .triggered_by(from_bases)
+        .run(stop, move |sub| {
+            let ctx = ctx.clone();
+            async move { reconcile(&ctx, sub).await }
+        })
+        .await;
 }
 
 fn key(sub: &Subscription) -> String {

@@ -1,31 +1,90 @@
-//! The one controller runtime every reconciler uses: a kube-runtime controller over a kind of the
-//! shared cache, started after leadership (so it first reconciles everything the cache holds, then
-//! follows changes), with bounded concurrency, metrics, and per-object exponential backoff on
-//! errors (as client-go's default item rate limiter: a broken object is retried soon at first, then
-//! less and less often, and its neighbours are not held up), and, as client-go's overall bucket
-//! limiter, at most 10 retries per second over all objects beyond a burst of 100.
-//!
-//! Two lanes: what changes while the controller runs goes before the start-up backlog (every
-//! object it holds when it starts or wins leadership). The backlog is let in a few objects at a
-//! time, so a user's new Subscription is reconciled at once even while 10,000 existing ones are
-//! looked at again after a restart, instead of waiting behind all of them.
+//! The controller kit every reconciler runs on: a [`Controller`] declares what it reconciles (a
+//! kind of the shared cache, or a store of its own), which other kinds must have listed before it
+//! decides anything, what else triggers it, and how many objects it works on at once; the kit
+//! does the rest: the two-lane [`WorkQueue`] (changes before the start-up backlog), per-object
+//! exponential backoff on errors (as client-go's default item rate limiter: a broken object is
+//! retried soon at first, then less and less often, and its neighbours are not held up) under a
+//! bucket of at most 10 retries per second over all objects beyond a burst of 100, the metrics
+//! (ours and controller-runtime's names), quiet logging of first failures and of waits
+//! ([`ReconcileError`]), and graceful shutdown. A reconcile returns an [`Action`]; one that holds
+//! a finalizer goes through [`finalizer`].
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use kube::Resource;
-use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::runtime::backoff::Exponential;
-use crate::runtime::cache::Shared;
+use crate::runtime::cache::{Index, Listed, Shared, all_listed};
+use crate::runtime::queue::{Lane, WorkQueue};
 use crate::runtime::ratelimit::TokenBucket;
+
+pub use kube::runtime::finalizer::Event;
+
+/// What a reconcile asks for next: to be looked at again after a while, or only on a change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Action {
+    requeue_after: Option<Duration>,
+}
+
+impl Action {
+    /// Look again after `after`, even if nothing changes.
+    pub fn requeue(after: Duration) -> Action {
+        Action {
+            requeue_after: Some(after),
+        }
+    }
+
+    /// Look again only when the object (or what triggers it) changes.
+    pub fn await_change() -> Action {
+        Action {
+            requeue_after: None,
+        }
+    }
+
+    pub fn requeue_after(&self) -> Option<Duration> {
+        self.requeue_after
+    }
+}
+
+/// kube's finalizer helper (its add, Apply, Cleanup and remove, with the JSON-patch tests that
+/// keep other writers' finalizers) for a reconcile that answers with the kit's [`Action`].
+pub async fn finalizer<K, F, Fut, E>(
+    api: &kube::Api<K>,
+    name: &str,
+    obj: Arc<K>,
+    reconcile: F,
+) -> Result<Action, kube::runtime::finalizer::Error<E>>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+    F: FnOnce(Event<K>) -> Fut,
+    Fut: Future<Output = Result<Action, E>>,
+    E: std::error::Error + 'static,
+{
+    // kube's helper takes kube's Action, whose wait it does not let out: the reconcile's own
+    // answer is kept aside and returned; the helper's own (after adding the finalizer) waits
+    let decided = Mutex::new(None);
+    kube::runtime::finalizer::finalizer(api, name, obj, |event| {
+        let decided = &decided;
+        async move {
+            let action = reconcile(event).await?;
+            *decided.lock().unwrap_or_else(|p| p.into_inner()) = Some(action);
+            Ok(kube::runtime::controller::Action::await_change())
+        }
+    })
+    .await?;
+    Ok(decided
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner())
+        .unwrap_or_else(Action::await_change))
+}
 
 /// Retries after an error: from 5 ms, doubled per consecutive failure, up to 5 minutes.
 /// client-go's default item limiter starts at 5 ms too: most first failures are a race with
@@ -171,253 +230,341 @@ fn object_key<K: Resource>(obj: &K) -> String {
     )
 }
 
-/// A controller's workqueue series (`workqueue_*{name}`, client-go's names).
-#[derive(Clone)]
-struct Queue {
-    waiting: Arc<std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>>,
-    adds: metrics::Counter,
-    depth: metrics::Gauge,
-    latency: metrics::Histogram,
-    work: metrics::Histogram,
-    retries: metrics::Counter,
-}
-
-impl Queue {
-    fn new(name: &'static str) -> Self {
-        Queue {
-            waiting: Arc::default(),
-            adds: metrics::counter!("workqueue_adds_total", "name" => name),
-            depth: metrics::gauge!("workqueue_depth", "name" => name),
-            latency: metrics::histogram!("workqueue_queue_duration_seconds", "name" => name),
-            work: metrics::histogram!("workqueue_work_duration_seconds", "name" => name),
-            retries: metrics::counter!("workqueue_retries_total", "name" => name),
-        }
-    }
-
-    fn add(&self, key: String) {
-        self.adds.increment(1);
-        let mut w = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
-        w.entry(key).or_insert_with(std::time::Instant::now);
-        // one deleted between its add and its turn is never started: forgotten after an hour
-        if w.len() > 1024 {
-            w.retain(|_, since| since.elapsed() < std::time::Duration::from_secs(3600));
-        }
-        self.depth.set(w.len() as f64);
-    }
-
-    fn started(&self, key: &str) {
-        let mut w = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(since) = w.remove(key) {
-            self.latency.record(since.elapsed().as_secs_f64());
-        }
-        self.depth.set(w.len() as f64);
-    }
-}
-
-/// [`run_with`] without related kinds.
-pub async fn run<K, R, Fut, E>(
-    name: &'static str,
-    shared: Shared<K>,
-    concurrency: u16,
-    stop: CancellationToken,
-    reconcile: R,
-) where
-    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
-    K::DynamicType: Eq + Hash + Clone + Default + std::fmt::Debug + Unpin + Send + Sync,
-    R: Fn(Arc<K>) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<Action, E>> + Send + 'static,
-    E: ReconcileError,
+/// What a controller reconciles: the objects of a store, the changes it sees (as references),
+/// and when the store has listed once.
+pub struct Source<K: Resource + 'static>
+where
+    K::DynamicType: std::hash::Hash + Eq + Clone,
 {
-    run_with(
-        name,
-        shared,
-        concurrency,
-        stop,
-        futures::stream::empty(),
-        reconcile,
-    )
-    .await
+    store: Store<K>,
+    changes: BoxStream<'static, ObjectRef<K>>,
+    listed: futures::future::BoxFuture<'static, bool>,
+    dyntype: K::DynamicType,
 }
 
-/// Runs `reconcile` for every object of `shared` and for the objects `also` names (changes of
-/// related kinds), until `stop`.
-pub async fn run_with<K, R, Fut, E, S>(
-    name: &'static str,
-    shared: Shared<K>,
-    concurrency: u16,
-    stop: CancellationToken,
-    also: S,
-    reconcile: R,
-) where
-    S: futures::Stream<Item = ObjectRef<K>> + Send + 'static,
-    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
-    K::DynamicType: Eq + Hash + Clone + Default + std::fmt::Debug + Unpin + Send + Sync,
-    R: Fn(Arc<K>) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<Action, E>> + Send + 'static,
-    E: ReconcileError,
+impl<K> Source<K>
+where
+    K: Resource + Clone + Send + Sync + 'static,
+    K::DynamicType: std::hash::Hash + Eq + Clone + Send + Sync,
 {
-    if !shared.ready_until(&stop).await {
-        return;
+    /// A store of the caller's own whose kind is known at run time (a Cluster API `Cluster`).
+    pub fn store_with(
+        store: Store<K>,
+        changes: impl futures::Stream<Item = ObjectRef<K>> + Send + 'static,
+        dyntype: K::DynamicType,
+    ) -> Self {
+        let ready = store.clone();
+        Source {
+            store,
+            changes: changes.boxed(),
+            listed: Box::pin(async move { ready.wait_until_ready().await.is_ok() }),
+            dyntype,
+        }
     }
-    let reconcile = Arc::new(reconcile);
-    let backoff = Backoff::default();
-    let seconds = metrics::histogram!("clusternet_controller_reconcile_duration_seconds", "controller" => name);
-    // the same figures under controller-runtime's names, which existing dashboards and alerts use
-    let time =
-        metrics::histogram!("controller_runtime_reconcile_time_seconds", "controller" => name);
-    let active = metrics::gauge!("controller_runtime_active_workers", "controller" => name);
-    metrics::gauge!("controller_runtime_max_concurrent_reconciles", "controller" => name)
-        .set(f64::from(concurrency));
-    let lane = Backlog::new(name, concurrency);
-    let on_error = backoff.clone();
-    // client-go's workqueue series: every change or related change is an add; the time from the
-    // first add of an object to its reconcile is its queue duration (kube's scheduler folds
-    // repeated adds of a queued object into one, as a workqueue does)
-    let queue = Queue::new(name);
-    let (q1, q2) = (queue.clone(), queue.clone());
-    let (s1, s2) = (shared.store.clone(), shared.store.clone());
-    // a deleted object is not reconciled: not counted as waiting
-    let changes = shared.subscribe().inspect(move |obj| {
-        if s1.get(&ObjectRef::from_obj(obj.as_ref())).is_some() {
-            q1.add(object_key(obj.as_ref()));
+}
+
+impl<K> Source<K>
+where
+    K: Resource + Clone + Send + Sync + 'static,
+    K::DynamicType: std::hash::Hash + Eq + Clone + Default + Send + Sync,
+{
+    /// A kind of the process's shared cache.
+    pub fn shared(shared: &Shared<K>) -> Self {
+        let listed = shared.clone();
+        Source {
+            store: shared.store.clone(),
+            changes: shared
+                .subscribe()
+                .map(|o| ObjectRef::from_obj(o.as_ref()))
+                .boxed(),
+            listed: Box::pin(async move { listed.ready().await }),
+            dyntype: Default::default(),
         }
-    });
-    let also = also.inspect(move |r| {
-        if s2.get(r).is_some() {
-            q2.add(format!(
-                "{}/{}",
-                r.namespace.as_deref().unwrap_or_default(),
-                r.name
-            ))
+    }
+
+    /// A store of the caller's own (the agent's watch of its namespace in the parent) and the
+    /// stream that fills it; the controller drives the stream.
+    pub fn store(
+        store: Store<K>,
+        changes: impl futures::Stream<Item = ObjectRef<K>> + Send + 'static,
+    ) -> Self {
+        Self::store_with(store, changes, Default::default())
+    }
+}
+
+/// A controller, declared: what it reconciles, what it waits for and what triggers it.
+pub struct Controller<K: Resource + 'static>
+where
+    K::DynamicType: std::hash::Hash + Eq + Clone,
+{
+    name: &'static str,
+    source: Source<K>,
+    concurrency: u16,
+    after: Vec<Listed>,
+    triggers: Vec<BoxStream<'static, ObjectRef<K>>>,
+}
+
+impl<K> Controller<K>
+where
+    K: Resource + Clone + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: std::hash::Hash + Eq + Clone + Default + Send + Sync,
+{
+    /// Controller `name` (its metrics' label) over a kind of the shared cache, four at once.
+    pub fn new(name: &'static str, shared: &Shared<K>) -> Self {
+        Self::on(name, Source::shared(shared))
+    }
+}
+
+impl<K> Controller<K>
+where
+    K: Resource + Clone + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: std::hash::Hash + Eq + Clone + Send + Sync,
+{
+    pub fn on(name: &'static str, source: Source<K>) -> Self {
+        Controller {
+            name,
+            source,
+            concurrency: 4,
+            after: Vec::new(),
+            triggers: Vec::new(),
         }
-    });
-    let backlog = lane.stream(shared.store.state());
-    let on_error_queue = queue.clone();
-    let (done, found) = (lane.clone(), lane.clone());
-    Controller::for_shared_stream(changes, shared.store.clone())
-        .with_config(controller::Config::default().concurrency(concurrency))
-        .reconcile_on(futures::stream::select(also, backlog))
-        .graceful_shutdown_on(async move { stop.cancelled().await })
-        .run(
-            move |obj, _ctx: Arc<()>| {
-                let reconcile = reconcile.clone();
-                let (seconds, time, active) = (seconds.clone(), time.clone(), active.clone());
-                let backoff = backoff.clone();
-                let queue = queue.clone();
-                let done = done.clone();
-                async move {
-                    let start = std::time::Instant::now();
-                    let key = object_key(obj.as_ref());
-                    queue.started(&key);
-                    active.increment(1.0);
-                    let r = reconcile(obj).await;
-                    active.decrement(1.0);
-                    // its backlog turn (if it had one) is over: the next may come in
-                    done.release(&key);
-                    let elapsed = start.elapsed().as_secs_f64();
-                    seconds.record(elapsed);
-                    time.record(elapsed);
-                    queue.work.record(elapsed);
-                    let result = match &r {
-                        Ok(_) => {
-                            backoff.succeeded(&key);
-                            "success"
-                        }
-                        Err(_) => "error",
-                    };
-                    metrics::counter!("controller_runtime_reconcile_total", "controller" => name, "result" => result).increment(1);
-                    r
+    }
+
+    /// Objects reconciled at once (each object by one worker at a time).
+    pub fn concurrency(mut self, n: u16) -> Self {
+        self.concurrency = n.max(1);
+        self
+    }
+
+    /// Kinds that must have listed before the first reconcile: a cache that has not listed yet
+    /// looks like "no such object", and nothing may be decided from it.
+    pub fn after(mut self, kinds: impl IntoIterator<Item = Listed>) -> Self {
+        self.after.extend(kinds);
+        self
+    }
+
+    /// Objects to reconcile when something else changes (a related kind).
+    pub fn triggered_by(
+        mut self,
+        objects: impl futures::Stream<Item = ObjectRef<K>> + Send + 'static,
+    ) -> Self {
+        self.triggers.push(objects.boxed());
+        self
+    }
+
+    /// Runs `reconcile` for every object (the start-up backlog, then what changes and what the
+    /// triggers name) until `stop`; the reconciles under way finish first.
+    pub async fn run<R, Fut, E>(self, stop: CancellationToken, reconcile: R)
+    where
+        R: Fn(Arc<K>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Action, E>> + Send + 'static,
+        E: ReconcileError,
+    {
+        let Controller {
+            name,
+            source,
+            concurrency,
+            after,
+            triggers,
+        } = self;
+        let queue = Arc::new(WorkQueue::new(
+            name,
+            backlog_slots(concurrency),
+            "clusternet_controller_backlog_objects",
+        ));
+        // the changes are followed from the start (a store of our own fills from them)
+        let feeder = {
+            let (queue, store) = (queue.clone(), source.store.clone());
+            let changes =
+                futures::stream::select_all(std::iter::once(source.changes).chain(triggers));
+            tokio::spawn(changes.for_each(move |r| {
+                // a deleted object is not reconciled: not queued
+                if store.get(&r).is_some() {
+                    queue.add(&ref_key(&r), Lane::Live, 0);
                 }
-            },
-            move |obj, err: &E, _ctx| {
-                let (wait, failures) = on_error.failed(&object_key(obj.as_ref()));
-                let reason = err.metric_label();
+                futures::future::ready(())
+            }))
+        };
+        let listed = tokio::select! {
+            l = source.listed => l,
+            _ = stop.cancelled() => false,
+        };
+        if !listed || !all_listed(&stop, after).await {
+            feeder.abort();
+            return;
+        }
+        for obj in source.store.state() {
+            queue.add(&object_key(obj.as_ref()), Lane::Backlog, 0);
+        }
+        metrics::gauge!("controller_runtime_max_concurrent_reconciles", "controller" => name)
+            .set(f64::from(concurrency));
+        let worker = Arc::new(Worker {
+            name,
+            dyntype: source.dyntype,
+            store: source.store,
+            queue: queue.clone(),
+            backoff: Backoff::default(),
+            reconcile,
+            seconds: metrics::histogram!("clusternet_controller_reconcile_duration_seconds", "controller" => name),
+            time: metrics::histogram!("controller_runtime_reconcile_time_seconds", "controller" => name),
+            active: metrics::gauge!("controller_runtime_active_workers", "controller" => name),
+        });
+        let mut workers = tokio::task::JoinSet::new();
+        for _ in 0..concurrency {
+            let worker = worker.clone();
+            workers.spawn(async move { worker.work().await });
+        }
+        stop.cancelled().await;
+        queue.shut_down();
+        feeder.abort();
+        while workers.join_next().await.is_some() {}
+    }
+}
+
+/// A trigger: for every change of a related object `R`, the `K`s that `index` holds under the
+/// keys `keys(r)` gives and that `wanted(k, r)` accepts (the Bases that list a changed Manifest as
+/// a feed, say: looked up by feed, then checked in full).
+pub fn through_index<K, R>(
+    changes: impl futures::Stream<Item = Arc<R>> + Send + 'static,
+    index: Index<K>,
+    keys: impl Fn(&R) -> Vec<String> + Send + 'static,
+    wanted: impl Fn(&K, &R) -> bool + Send + 'static,
+) -> impl futures::Stream<Item = ObjectRef<K>> + Send + 'static
+where
+    K: Resource + Clone + Send + Sync + 'static,
+    K::DynamicType: std::hash::Hash + Eq + Clone + Default + Send + Sync,
+    R: Send + Sync + 'static,
+{
+    changes.flat_map(move |r| {
+        let refs: Vec<ObjectRef<K>> = keys(&r)
+            .iter()
+            .flat_map(|k| index.get(k))
+            .filter(|k| wanted(k, &r))
+            .map(|k| ObjectRef::from_obj(k.as_ref()))
+            .collect();
+        futures::stream::iter(refs)
+    })
+}
+
+/// A trigger: for every change of a related object `R`, the `K` it names (`(namespace, name)`,
+/// often from its labels), if any.
+pub fn named_by<K, R>(
+    changes: impl futures::Stream<Item = Arc<R>> + Send + 'static,
+    name: impl Fn(&R) -> Option<(String, String)> + Send + 'static,
+) -> impl futures::Stream<Item = ObjectRef<K>> + Send + 'static
+where
+    K: Resource + 'static,
+    K::DynamicType: Default,
+    R: Send + Sync + 'static,
+{
+    changes.filter_map(move |r| {
+        futures::future::ready(name(&r).map(|(ns, name)| ObjectRef::new(&name).within(&ns)))
+    })
+}
+
+/// The `(namespace, name)` two labels of `labels` name.
+pub fn labelled(
+    labels: &std::collections::BTreeMap<String, String>,
+    namespace: &str,
+    name: &str,
+) -> Option<(String, String)> {
+    Some((labels.get(namespace)?.clone(), labels.get(name)?.clone()))
+}
+
+/// One controller's workers' shared part.
+struct Worker<K: Resource + 'static, R>
+where
+    K::DynamicType: std::hash::Hash + Eq + Clone,
+{
+    name: &'static str,
+    dyntype: K::DynamicType,
+    store: Store<K>,
+    queue: Arc<WorkQueue>,
+    backoff: Backoff,
+    reconcile: R,
+    seconds: metrics::Histogram,
+    time: metrics::Histogram,
+    active: metrics::Gauge,
+}
+
+impl<K, R, Fut, E> Worker<K, R>
+where
+    K: Resource + Clone + Send + Sync + 'static,
+    K::DynamicType: std::hash::Hash + Eq + Clone + Send + Sync,
+    R: Fn(Arc<K>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Action, E>> + Send + 'static,
+    E: ReconcileError,
+{
+    /// Takes keys until the queue shuts down: reconciles each object (the latest the store
+    /// holds), then schedules its next look (its requeue, or its retry after an error).
+    async fn work(&self) {
+        while let Some(key) = self.queue.pop().await {
+            match self.store.get(&key_ref(&key, &self.dyntype)) {
+                // deleted before its turn: forgotten
+                None => self.backoff.succeeded(&key),
+                Some(obj) => self.once(&key, obj).await,
+            }
+            self.queue.done(&key);
+        }
+    }
+
+    async fn once(&self, key: &str, obj: Arc<K>) {
+        let start = Instant::now();
+        self.active.increment(1.0);
+        let r = (self.reconcile)(obj).await;
+        self.active.decrement(1.0);
+        let elapsed = start.elapsed().as_secs_f64();
+        self.seconds.record(elapsed);
+        self.time.record(elapsed);
+        let name = self.name;
+        match r {
+            Ok(action) => {
+                self.backoff.succeeded(key);
+                metrics::counter!("controller_runtime_reconcile_total", "controller" => name, "result" => "success").increment(1);
+                if let Some(after) = action.requeue_after() {
+                    self.queue.add_after(key, after);
+                }
+            }
+            Err(err) => {
+                metrics::counter!("controller_runtime_reconcile_total", "controller" => name, "result" => "error").increment(1);
+                let (wait, failures) = self.backoff.failed(key);
                 // a first failure is most often a race with another writer (a finalizer patch
                 // whose precondition a status write just broke) that its retry 5 ms later
                 // resolves; say it loudly only when it fails again, and then at 2, 4, 8, ...
-                // An error variant named `Waiting` is a wait, not a failure (a Subscription's
-                // Bases being deleted): loudly only once it lasts, from the 16th retry (about
-                // 3 minutes of them: a child that does not let go of its objects).
+                // A wait is not a failure (a Subscription's Bases being deleted): loudly only once
+                // it lasts, from the 16th retry (about 3 minutes of them: a child that does not
+                // let go of its objects).
                 let loud_from = if err.is_wait() { 16 } else { 2 };
                 if failures >= loud_from && failures.is_power_of_two() {
-                    warn!(controller = name, object = %object_key(obj.as_ref()), error = %err, failures, retry_in = ?wait, "reconcile failed; retrying");
+                    warn!(controller = name, object = %key, error = %err, failures, retry_in = ?wait, "reconcile failed; retrying");
                 } else {
-                    debug!(controller = name, object = %object_key(obj.as_ref()), error = %err, failures, retry_in = ?wait, "reconcile failed; retrying");
+                    debug!(controller = name, object = %key, error = %err, failures, retry_in = ?wait, "reconcile failed; retrying");
                 }
-                metrics::counter!("clusternet_controller_reconcile_errors_total", "controller" => name, "reason" => reason).increment(1);
+                metrics::counter!("clusternet_controller_reconcile_errors_total", "controller" => name, "reason" => err.metric_label()).increment(1);
                 metrics::counter!("controller_runtime_reconcile_errors_total", "controller" => name).increment(1);
-                on_error_queue.retries.increment(1);
-                Action::requeue(wait)
-            },
-            Arc::new(()),
-        )
-        .for_each(move |r| {
-            // an object deleted before its backlog turn came is never reconciled: free its turn
-            if let Err(controller::Error::ObjectNotFound(gone)) = &r {
-                let ns = gone.namespace.as_deref().unwrap_or_default();
-                found.release(&format!("{ns}/{}", gone.name));
+                self.queue.retry_after(key, wait);
             }
-            async move {
-                if let Err(e) = r {
-                    debug!(controller = name, error = %e, "controller event");
-                }
-            }
-        })
-        .await;
-}
-
-/// The start-up backlog's lane: at most `slots` of its objects in the controller at once, each
-/// let in once the one before it was reconciled, so a change that arrives meanwhile finds a
-/// free worker (one is always kept for changes) instead of queueing behind every object.
-#[derive(Clone)]
-struct Backlog {
-    slots: Arc<tokio::sync::Semaphore>,
-    /// Objects of the backlog in the controller now, with their turn.
-    admitted: Arc<Mutex<HashMap<String, tokio::sync::OwnedSemaphorePermit>>>,
-    size: metrics::Gauge,
-}
-
-impl Backlog {
-    fn new(controller: &'static str, concurrency: u16) -> Backlog {
-        Backlog {
-            slots: Arc::new(tokio::sync::Semaphore::new(backlog_slots(concurrency))),
-            admitted: Arc::default(),
-            size: metrics::gauge!("clusternet_controller_backlog_objects", "controller" => controller),
         }
     }
+}
 
-    /// The objects of `all`, each as soon as it has a turn.
-    fn stream<K>(
-        &self,
-        all: Vec<Arc<K>>,
-    ) -> impl futures::Stream<Item = ObjectRef<K>> + Send + 'static
-    where
-        K: Resource + Send + Sync + 'static,
-        K::DynamicType: Eq + Hash + Clone + Default,
-    {
-        let this = self.clone();
-        this.size.increment(all.len() as f64);
-        futures::stream::iter(all).then(move |obj| {
-            let this = this.clone();
-            async move {
-                let turn = this.slots.clone().acquire_owned().await;
-                this.size.decrement(1.0);
-                if let Ok(turn) = turn {
-                    let mut admitted = this.admitted.lock().unwrap_or_else(|p| p.into_inner());
-                    admitted.insert(object_key(obj.as_ref()), turn);
-                }
-                ObjectRef::from_obj(obj.as_ref())
-            }
-        })
-    }
+/// The queue key of a reference: `namespace/name`, `/name` for a cluster-scoped object.
+fn ref_key<K: Resource>(r: &ObjectRef<K>) -> String {
+    format!("{}/{}", r.namespace.as_deref().unwrap_or_default(), r.name)
+}
 
-    fn release(&self, key: &str) {
-        let mut admitted = self.admitted.lock().unwrap_or_else(|p| p.into_inner());
-        admitted.remove(key);
+fn key_ref<K: Resource>(key: &str, dyntype: &K::DynamicType) -> ObjectRef<K>
+where
+    K::DynamicType: Clone,
+{
+    match key.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() => ObjectRef::new_with(name, dyntype.clone()).within(ns),
+        Some((_, name)) => ObjectRef::new_with(name, dyntype.clone()),
+        None => ObjectRef::new_with(key, dyntype.clone()),
     }
 }
 
-/// Workers the backlog may take: all but one, so a change never waits for a backlog reconcile
+/// Backlog keys out at once: all workers but one, so a change never waits for a backlog reconcile
 /// to end (at least one, or a controller of one worker would never see its backlog).
 fn backlog_slots(concurrency: u16) -> usize {
     usize::from(concurrency.saturating_sub(1).max(1))
@@ -489,40 +636,17 @@ mod tests {
         assert_eq!(c.failed_at("ns/stuck", now).0, RETRY.after(16));
     }
 
-    #[tokio::test]
-    async fn the_backlog_comes_in_a_few_objects_at_a_time_and_one_worker_stays_free() {
-        use k8s_openapi::api::core::v1::ConfigMap;
+    #[test]
+    fn keys_and_references_round_trip() {
+        use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+        let r: ObjectRef<ConfigMap> = ObjectRef::new("settings").within("demo");
+        assert_eq!(ref_key(&r), "demo/settings");
+        assert_eq!(key_ref::<ConfigMap>("demo/settings", &()), r);
+        let r: ObjectRef<Namespace> = ObjectRef::new("demo");
+        assert_eq!(ref_key(&r), "/demo");
+        assert_eq!(key_ref::<Namespace>("/demo", &()), r);
         assert_eq!(backlog_slots(1), 1);
         assert_eq!(backlog_slots(8), 7);
-        let lane = Backlog::new("test", 3);
-        let all: Vec<Arc<ConfigMap>> = (0..5)
-            .map(|i| {
-                let mut cm = ConfigMap::default();
-                cm.metadata.name = Some(format!("cm{i}"));
-                cm.metadata.namespace = Some("ns".into());
-                Arc::new(cm)
-            })
-            .collect();
-        let mut stream = Box::pin(lane.stream(all));
-        let next = |s: &mut std::pin::Pin<Box<_>>| {
-            futures::FutureExt::now_or_never(futures::StreamExt::next(s)).flatten()
-        };
-        let first: Option<ObjectRef<ConfigMap>> = next(&mut stream);
-        assert_eq!(first.map(|r| r.name), Some("cm0".to_string()));
-        assert_eq!(next(&mut stream).map(|r| r.name), Some("cm1".to_string()));
-        assert!(
-            next(&mut stream).is_none(),
-            "two turns taken: the third waits"
-        );
-        lane.release("ns/cm0");
-        assert_eq!(next(&mut stream).map(|r| r.name), Some("cm2".to_string()));
-        // an object reconciled without a turn (a change) releases nothing
-        lane.release("ns/other");
-        assert!(next(&mut stream).is_none());
-        lane.release("ns/cm1");
-        lane.release("ns/cm2");
-        assert_eq!(next(&mut stream).map(|r| r.name), Some("cm3".to_string()));
-        assert_eq!(next(&mut stream).map(|r| r.name), Some("cm4".to_string()));
     }
 
     #[test]

@@ -7,181 +7,106 @@
 //! when it starts (or takes over leadership), so a new Subscription is served at once even while
 //! 10,000 existing ones are re-checked behind it.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
-
-use tokio::sync::Notify;
+use std::time::Duration;
 
 use crate::runtime::backoff::Exponential;
+use crate::runtime::queue::{Lane, WorkQueue};
 
 /// A failed attempt waits 1 s, doubling per attempt, up to 10 s (upstream's pod backoff).
 const BACKOFF: Exponential = Exponential::new(Duration::from_secs(1), Duration::from_secs(10));
 
-/// Live changes first, the start-up backlog after them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-enum Lane {
-    Live,
-    Backlog,
-}
-
-#[derive(Default)]
-struct State {
-    /// (lane, -priority, enqueue sequence, key): the first element is popped next.
-    active: BTreeSet<(Lane, i64, u64, String)>,
-    /// key -> its entry in `active`.
-    index: HashMap<String, (Lane, i64, u64)>,
-    /// key -> when it may be retried.
-    backoff: HashMap<String, Instant>,
-    /// key -> failed attempts so far (reset by `forget`).
-    attempts: HashMap<String, u32>,
-    seq: u64,
-}
-
-#[derive(Default)]
+/// The kit's [`WorkQueue`] ordered by the Subscriptions' priorities, with upstream's backoff of
+/// failed attempts. The scheduler takes one key at a time, so a key is done as soon as it is
+/// taken (the binder queues it again when it must).
 pub struct SchedulingQueue {
-    state: Mutex<State>,
-    notify: Notify,
+    queue: WorkQueue,
+    /// key -> failed attempts so far (reset by `forget`).
+    attempts: Mutex<HashMap<String, u32>>,
+}
+
+impl Default for SchedulingQueue {
+    fn default() -> Self {
+        SchedulingQueue {
+            queue: WorkQueue::new(
+                "scheduler",
+                usize::MAX,
+                "clusternet_controller_backlog_objects",
+            ),
+            attempts: Mutex::default(),
+        }
+    }
 }
 
 impl SchedulingQueue {
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        match self.state.lock() {
-            Ok(s) => s,
-            Err(p) => p.into_inner(),
-        }
-    }
-
     /// Enqueues (or re-prioritises) a Subscription that just changed; one waiting in backoff or in
     /// the backlog becomes active in the live lane now.
     pub fn add(&self, key: &str, priority: i32) {
-        self.insert(key, priority, Lane::Live);
+        self.queue.add(key, Lane::Live, i64::from(priority));
     }
 
     /// Enqueues a Subscription found when the scheduler starts: served after every live change.
     pub fn add_backlog(&self, key: &str, priority: i32) {
-        self.insert(key, priority, Lane::Backlog);
-    }
-
-    fn insert(&self, key: &str, priority: i32, lane: Lane) {
-        let mut s = self.lock();
-        s.backoff.remove(key);
-        let prio = -i64::from(priority);
-        match s.index.get(key).copied() {
-            // already queued in this lane or a better one, with this priority: keeps its place
-            Some((l, p, _)) if p == prio && l <= lane => {}
-            Some((l, p, seq)) => {
-                s.active.remove(&(l, p, seq, key.to_string()));
-                // promoted from the backlog: it joins the live lane at its end
-                let (lane, seq) = if lane < l {
-                    s.seq += 1;
-                    (lane, s.seq)
-                } else {
-                    (l, seq)
-                };
-                s.active.insert((lane, prio, seq, key.to_string()));
-                s.index.insert(key.to_string(), (lane, prio, seq));
-            }
-            None => {
-                s.seq += 1;
-                let seq = s.seq;
-                s.active.insert((lane, prio, seq, key.to_string()));
-                s.index.insert(key.to_string(), (lane, prio, seq));
-            }
-        }
-        drop(s);
-        self.notify.notify_one();
+        self.queue.add(key, Lane::Backlog, i64::from(priority));
     }
 
     /// A failed attempt: retry after the key's backoff.
     pub fn add_backoff(&self, key: &str) -> Duration {
-        let mut s = self.lock();
-        let attempts = s.attempts.entry(key.to_string()).or_default();
-        *attempts += 1;
-        let delay = BACKOFF.after(*attempts);
-        if !s.index.contains_key(key) {
-            s.backoff.insert(key.to_string(), Instant::now() + delay);
-        }
-        drop(s);
-        self.notify.notify_one();
+        let delay = {
+            let mut attempts = self.attempts.lock().unwrap_or_else(|p| p.into_inner());
+            let n = attempts.entry(key.to_string()).or_default();
+            *n = n.saturating_add(1);
+            BACKOFF.after(*n)
+        };
+        self.queue.retry_after(key, delay);
         delay
     }
 
     /// Looks at `key` again after `delay` (a timer of the scheduler's own, e.g. a failover grace
     /// that ends), unless it is queued or due sooner anyway.
     pub fn add_after(&self, key: &str, delay: Duration) {
-        let mut s = self.lock();
-        if s.index.contains_key(key) {
-            return;
-        }
-        let due = Instant::now() + delay;
-        let entry = s.backoff.entry(key.to_string()).or_insert(due);
-        if due < *entry {
-            *entry = due;
-        }
+        self.queue.add_after(key, delay);
     }
 
     /// Success or deletion: no more backoff memory for the key.
     pub fn forget(&self, key: &str) {
-        let mut s = self.lock();
-        s.attempts.remove(key);
+        self.attempts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(key);
     }
 
     /// Removes a deleting Subscription from both queues.
     pub fn remove(&self, key: &str) {
-        let mut s = self.lock();
-        if let Some((l, p, seq)) = s.index.remove(key) {
-            s.active.remove(&(l, p, seq, key.to_string()));
-        }
-        s.backoff.remove(key);
-        s.attempts.remove(key);
+        self.queue.remove(key);
+        self.forget(key);
     }
 
-    /// The next key without waiting, moving expired backoffs to the active queue first.
+    /// The next key without waiting.
     pub fn try_pop(&self) -> Option<String> {
-        let mut s = self.lock();
-        let now = Instant::now();
-        let due: Vec<String> = s
-            .backoff
-            .iter()
-            .filter(|(_, t)| **t <= now)
-            .map(|(k, _)| k.clone())
-            .collect();
-        for key in due {
-            s.backoff.remove(&key);
-            if !s.index.contains_key(&key) {
-                s.seq += 1;
-                let seq = s.seq;
-                s.active.insert((Lane::Live, 0, seq, key.clone()));
-                s.index.insert(key, (Lane::Live, 0, seq));
-            }
-        }
-        let first = s.active.iter().next().cloned()?;
-        s.active.remove(&first);
-        s.index.remove(&first.3);
-        Some(first.3)
+        let key = self.queue.try_pop()?;
+        self.queue.done(&key);
+        Some(key)
     }
 
-    /// Waits for the next key (backoffs are re-checked at least every 100 ms).
+    /// Waits for the next key (the queue is never shut down: the scheduler stops on its token).
     pub async fn pop(&self) -> String {
-        loop {
-            if let Some(k) = self.try_pop() {
-                return k;
+        match self.queue.pop().await {
+            Some(key) => {
+                self.queue.done(&key);
+                key
             }
-            tokio::select! {
-                _ = self.notify.notified() => {}
-                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
-            }
+            None => std::future::pending().await,
         }
     }
 
     pub fn len(&self) -> usize {
-        let s = self.lock();
-        s.active.len() + s.backoff.len()
+        self.queue.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.queue.is_empty()
     }
 }
 
