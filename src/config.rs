@@ -253,7 +253,7 @@ impl Default for Config {
             helm_binary: "helm".into(),
             cluster_api_kubeconfig: String::new(),
             failover_eviction_rate: 0.1,
-            retain_managers: crate::deployer::drift::DEFAULT_RETAIN_MANAGERS
+            retain_managers: known::DEFAULT_RETAIN_MANAGERS
                 .iter()
                 .map(|m| m.to_string())
                 .collect(),
@@ -463,7 +463,7 @@ impl Config {
         if self.cluster_sync_mode == "Push" && !self.gate("AppPusher") {
             return bad("cluster_sync_mode Push needs the AppPusher feature gate".into());
         }
-        if let Err(e) = crate::scheduler::failover::Surge::parse(&self.failback_max_surge) {
+        if let Err(e) = Surge::parse(&self.failback_max_surge) {
             return bad(format!("failback_max_surge: {e}"));
         }
         if !(self.failover_eviction_rate > 0.0 && self.failover_eviction_rate.is_finite()) {
@@ -603,6 +603,44 @@ mod go_duration {
             Raw::Secs(n) if n >= 0.0 => Ok(Duration::from_secs_f64(n)),
             Raw::Secs(n) => Err(serde::de::Error::custom(format!("negative duration {n}"))),
         }
+    }
+}
+
+/// `--failback-max-surge`: a share of the replicas (rounded up) or a number; never below one.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Surge {
+    Percent(u32),
+    Replicas(i32),
+}
+
+impl Surge {
+    pub fn parse(s: &str) -> Result<Surge, String> {
+        let t = s.trim();
+        let bad = || {
+            format!("{s:?} is neither a percentage from 1% to 100% nor a number of replicas >= 1")
+        };
+        match t.strip_suffix('%') {
+            Some(p) => match p.trim().parse::<u32>() {
+                Ok(p) if (1..=100).contains(&p) => Ok(Surge::Percent(p)),
+                _ => Err(bad()),
+            },
+            None => match t.parse::<i32>() {
+                Ok(n) if n >= 1 => Ok(Surge::Replicas(n)),
+                _ => Err(bad()),
+            },
+        }
+    }
+
+    /// The surge for a Subscription of `replicas`.
+    pub fn of(self, replicas: i32) -> i32 {
+        match self {
+            Surge::Percent(p) => {
+                let r = i64::from(replicas.max(0));
+                i32::try_from((r * i64::from(p) + 99) / 100).unwrap_or(i32::MAX)
+            }
+            Surge::Replicas(n) => n,
+        }
+        .max(1)
     }
 }
 

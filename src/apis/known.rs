@@ -322,6 +322,20 @@ pub const SHIPPED_SCHEDULER_GATES: &[&str] = &[FAIL_OVER, FEASIBLE_CLUSTERS_TOLE
 /// Gates the shipped agent manifest turns on.
 pub const SHIPPED_AGENT_GATES: &[&str] = &[SOCKET_CONNECTION, APP_PUSHER, RECOVERY, PREDICTOR];
 
+/// Field managers of the child's own controllers whose fields are theirs to keep: autoscalers and
+/// the built-in controllers (an HPA writes `spec.replicas` as `kube-controller-manager` through
+/// the scale subresource). The default of the deployer's `retainManagers` setting.
+pub const DEFAULT_RETAIN_MANAGERS: &[&str] = &[
+    "horizontal-pod-autoscaler",
+    "kube-controller-manager",
+    "vpa-updater",
+    "vpa-recommender",
+    "vpa-admission-controller",
+    "cluster-autoscaler",
+    "keda-operator",
+    "karpenter",
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -30,6 +30,7 @@ pub mod dashboard;
 pub mod hash;
 pub mod known;
 pub mod mcs;
+pub mod naming;
 mod omitempty;
 pub mod placement;
 pub mod proxies;

@@ -16,19 +16,7 @@ use serde_json::Value;
 use crate::apis::known;
 use crate::apis::{DriftField, RetainedField};
 
-/// Field managers of the child's own controllers whose fields are theirs to keep: autoscalers and
-/// the built-in controllers (an HPA writes `spec.replicas` as `kube-controller-manager` through
-/// the scale subresource). The default of the deployer's `retainManagers` setting.
-pub const DEFAULT_RETAIN_MANAGERS: &[&str] = &[
-    "horizontal-pod-autoscaler",
-    "kube-controller-manager",
-    "vpa-updater",
-    "vpa-recommender",
-    "vpa-admission-controller",
-    "cluster-autoscaler",
-    "keda-operator",
-    "karpenter",
-];
+pub use crate::apis::known::DEFAULT_RETAIN_MANAGERS;
 
 /// What to do about drift (annotation `apps.clusternet.io/drift-policy`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

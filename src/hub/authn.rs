@@ -4,12 +4,14 @@
 //! certificate's common name is one of the allowed names (all names when the list is empty), as a
 //! Kubernetes delegating authenticator does. Anything else must bring a bearer token, which the
 //! parent checks with a TokenReview. Settings come from the parent's
-//! `kube-system/extension-apiserver-authentication` ConfigMap.
+//! `kube-system/extension-apiserver-authentication` ConfigMap. The caller's extras also say who it
+//! is in a child (`clusternet-token`, a client certificate, impersonation): its [`ChildIdentity`].
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use base64::Engine;
 use http::HeaderMap;
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -20,6 +22,7 @@ use tokio_rustls::rustls::pki_types::CertificateDer;
 
 use super::status::ApiError;
 use super::ttl::TtlCache;
+use crate::apis::known;
 
 /// The authenticated caller.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -244,6 +247,82 @@ impl TokenAuthenticator {
     }
 }
 
+/// The child-facing credentials and headers derived from the caller's user extras (hub.md §2.3).
+/// Unlike upstream's Go code, the `clusternet-*` prefix is matched case-insensitively, so
+/// `--clusternet-as` really impersonates in the child.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ChildIdentity {
+    pub bearer: Option<String>,
+    pub client_cert: Option<(Vec<u8>, Vec<u8>)>,
+    pub headers: Vec<(String, String)>,
+}
+
+pub fn child_identity(extra: &BTreeMap<String, Vec<String>>) -> Result<ChildIdentity, ApiError> {
+    let lower = |s: &str| s.to_ascii_lowercase();
+    let get = |k: &str| extra.get(&lower(k)).and_then(|v| v.first()).cloned();
+    let mut id = ChildIdentity {
+        bearer: get(known::CLUSTERNET_TOKEN_EXTRA),
+        ..Default::default()
+    };
+    let b64 = |what: &str, v: &str| {
+        base64::engine::general_purpose::STANDARD
+            .decode(v.trim())
+            .map_err(|e| ApiError::bad_request(format!("{what} is not valid base64: {e}")))
+    };
+    match (
+        get(known::CLUSTERNET_CERTIFICATE_EXTRA),
+        get(known::CLUSTERNET_PRIVATE_KEY_EXTRA),
+    ) {
+        (Some(c), Some(k)) => {
+            let cert = b64(known::CLUSTERNET_CERTIFICATE_EXTRA, &c)?;
+            let key = b64(known::CLUSTERNET_PRIVATE_KEY_EXTRA, &k)?;
+            // a broken pair is the caller's mistake: say so now rather than fail the handshake
+            crate::runtime::serving::insecure_client_config(Some((&cert, &key))).map_err(|e| {
+                ApiError::bad_request(format!("invalid child client certificate/key pair: {e}"))
+            })?;
+            id.client_cert = Some((cert, key));
+        }
+        (None, None) => {}
+        _ => {
+            return Err(ApiError::bad_request(
+                "Clusternet-Certificate and Clusternet-PrivateKey must be given together",
+            ));
+        }
+    }
+    let prefix = lower(known::PROXY_EXTRA_HEADER_PREFIX);
+    let consumed = [
+        lower(known::CLUSTERNET_TOKEN_EXTRA),
+        lower(known::CLUSTERNET_CERTIFICATE_EXTRA),
+        lower(known::CLUSTERNET_PRIVATE_KEY_EXTRA),
+    ];
+    for (key, values) in extra {
+        if let Some(rest) = key.strip_prefix(&prefix)
+            && !consumed.contains(key)
+            && !rest.is_empty()
+        {
+            let name = canonical_header(rest);
+            for v in values {
+                id.headers.push((name.clone(), v.clone()));
+            }
+        }
+    }
+    Ok(id)
+}
+
+/// `impersonate-user` -> `Impersonate-User`.
+fn canonical_header(name: &str) -> String {
+    name.split('-')
+        .map(|w| {
+            let mut c = w.chars();
+            match c.next() {
+                Some(f) => f.to_ascii_uppercase().to_string() + c.as_str(),
+                None => String::new(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("-")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -257,6 +336,52 @@ mod tests {
             extra_prefixes: vec!["X-Remote-Extra-".into()],
             uid_headers: vec![],
         }
+    }
+
+    #[test]
+    fn extras_become_child_credentials_and_impersonation() {
+        let mut extra = BTreeMap::new();
+        extra.insert(
+            "clusternet-token".to_string(),
+            vec!["child-token".to_string()],
+        );
+        extra.insert(
+            "clusternet-impersonate-user".to_string(),
+            vec!["jane".to_string()],
+        );
+        extra.insert(
+            "clusternet-impersonate-group".to_string(),
+            vec!["a".to_string(), "b".to_string()],
+        );
+        extra.insert("other".to_string(), vec!["x".to_string()]);
+        let id = child_identity(&extra).unwrap();
+        assert_eq!(id.bearer.as_deref(), Some("child-token"));
+        assert_eq!(
+            id.headers,
+            vec![
+                ("Impersonate-Group".to_string(), "a".to_string()),
+                ("Impersonate-Group".to_string(), "b".to_string()),
+                ("Impersonate-User".to_string(), "jane".to_string()),
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_certificate_extras_are_400() {
+        let mut extra = BTreeMap::new();
+        extra.insert("clusternet-certificate".to_string(), vec!["!!".to_string()]);
+        extra.insert(
+            "clusternet-privatekey".to_string(),
+            vec!["AAAA".to_string()],
+        );
+        assert_eq!(child_identity(&extra).unwrap_err().code, 400);
+        extra.insert(
+            "clusternet-certificate".to_string(),
+            vec![base64::engine::general_purpose::STANDARD.encode("not pem")],
+        );
+        assert_eq!(child_identity(&extra).unwrap_err().code, 400);
+        extra.remove("clusternet-privatekey");
+        assert_eq!(child_identity(&extra).unwrap_err().code, 400);
     }
 
     #[test]

@@ -20,9 +20,9 @@ use http_body::Frame;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::time::Instant;
 
+use super::authn::ChildIdentity;
 use super::authn::UserInfo;
 use super::body::{BoxError, HubBody};
-use super::proxies::ChildIdentity;
 use super::status::ApiError;
 
 /// Gauge of open watches counted against their users' caps.
@@ -109,6 +109,15 @@ impl Drop for WatchGuard {
     }
 }
 
+/// Is this a watch (`?watch=true` or the legacy `/watch/` prefix)? Those are streamed outside warp.
+pub fn is_watch(tail: &str, query: Option<&str>) -> bool {
+    tail.starts_with("watch/")
+        || query.is_some_and(|q| {
+            q.split('&')
+                .any(|kv| matches!(kv, "watch=true" | "watch=1" | "watch=True"))
+        })
+}
+
 /// Whom a watch counts against: the authenticated user, and for a watch proxied into a child
 /// also whom the child sees (the handed-over credentials and impersonation). Every proxied
 /// request impersonates user `clusternet` in the parent (the controller's Push watches, one per
@@ -145,7 +154,7 @@ pub fn watch_key(user: &UserInfo, child: Option<&ChildIdentity>) -> String {
 /// Whether a request proxied into a child is a watch: `watch=true|1` in the query, or the
 /// legacy `/api/v1/watch/...` / `/apis/<group>/<version>/watch/...` paths.
 pub fn is_proxied_watch(path: &str, query: Option<&str>) -> bool {
-    if super::shadow::is_watch("", query) {
+    if is_watch("", query) {
         return true;
     }
     let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();

@@ -119,7 +119,7 @@ async fn route(
         return super::proxies::handle(hub, &user, req, &rest).await;
     }
     if let Some(tail) = path.strip_prefix("/apis/shadow/v1alpha1/")
-        && super::shadow::is_watch(tail, req.uri().query())
+        && super::limits::is_watch(tail, req.uri().query())
     {
         let tail = tail.to_string();
         return super::shadow::watch(hub, &user, &tail, req).await;

@@ -29,6 +29,33 @@ pub fn parse_labels(spec: &str) -> (BTreeMap<String, String>, Vec<String>) {
     (labels, skipped)
 }
 
+/// The JSON type of `value` in words, for messages: `null`, `boolean`, `number`, `string`,
+/// `array` or `object`.
+pub fn json_type(value: &serde_json::Value) -> &'static str {
+    use serde_json::Value;
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// [`json_type`] with its article, for "must be an object, got a string".
+pub fn a_json_type(value: &serde_json::Value) -> &'static str {
+    use serde_json::Value;
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
 /// Kubernetes' random-suffix alphabet (no vowels, no confusable digits), as `generateName` uses.
 pub fn random_suffix(len: usize) -> String {
     use rand::Rng;

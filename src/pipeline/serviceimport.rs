@@ -25,10 +25,10 @@ use tracing::info;
 
 use super::index::{self, exported_service_key};
 use crate::apis::known;
+use crate::apis::naming::{self, MANIFEST_API_VERSION};
 use crate::apis::{
     ManagedCluster, Manifest, ServiceImport, ServiceImportStatus, ServiceImportType,
 };
-use crate::hub::shadow::model::{MANIFEST_API_VERSION, naming};
 use crate::runtime::Runtime;
 use crate::runtime::apply;
 use crate::runtime::controller::{Action, ApiFailure, Controller, ReconcileError, through_index};

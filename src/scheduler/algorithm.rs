@@ -17,10 +17,10 @@ use crate::apis::{
     FeedInventory, ManagedCluster, ReplicaDividingType, SchedulingStrategy, Subscription,
 };
 use crate::kube_ext::labels::{LabelSelectorError, Selector};
-use crate::scheduler::explain::Recorder;
 use crate::scheduler::framework::{
     ClusterScore, Code, CycleState, Framework, PluginFailure, Status, TargetClusters, cluster_key,
 };
+use crate::scheduler::record::Recorder;
 
 /// At least this many feasible clusters are looked for (Go's `minFeasibleClustersToFind`).
 const MIN_FEASIBLE_CLUSTERS_TO_FIND: usize = 100;

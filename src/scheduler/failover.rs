@@ -40,43 +40,7 @@ pub struct Settings {
     pub eviction_rate: f64,
 }
 
-/// `--failback-max-surge`: a share of the replicas (rounded up) or a number; never below one.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Surge {
-    Percent(u32),
-    Replicas(i32),
-}
-
-impl Surge {
-    pub fn parse(s: &str) -> Result<Surge, String> {
-        let t = s.trim();
-        let bad = || {
-            format!("{s:?} is neither a percentage from 1% to 100% nor a number of replicas >= 1")
-        };
-        match t.strip_suffix('%') {
-            Some(p) => match p.trim().parse::<u32>() {
-                Ok(p) if (1..=100).contains(&p) => Ok(Surge::Percent(p)),
-                _ => Err(bad()),
-            },
-            None => match t.parse::<i32>() {
-                Ok(n) if n >= 1 => Ok(Surge::Replicas(n)),
-                _ => Err(bad()),
-            },
-        }
-    }
-
-    /// The surge for a Subscription of `replicas`.
-    pub fn of(self, replicas: i32) -> i32 {
-        match self {
-            Surge::Percent(p) => {
-                let r = i64::from(replicas.max(0));
-                i32::try_from((r * i64::from(p) + 99) / 100).unwrap_or(i32::MAX)
-            }
-            Surge::Replicas(n) => n,
-        }
-        .max(1)
-    }
-}
+pub use crate::config::Surge;
 
 /// What the scheduler remembers between cycles (the leader's memory: a new leader starts without
 /// it, and then treats a returning cluster as a new one).

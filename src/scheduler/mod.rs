@@ -56,6 +56,7 @@ pub mod framework;
 pub mod plugins;
 pub mod predictor_client;
 pub mod queue;
+pub mod record;
 pub mod reservation;
 
 pub use algorithm::{FilterOffset, FitError, ScheduleError, ScheduleResult, schedule};

@@ -26,6 +26,7 @@ use super::authn::UserInfo;
 use super::authz::{Attributes, verb_for};
 use super::body::HubBody;
 use super::discovery::{SHADOW_GROUP, SHADOW_VERSION};
+pub use super::limits::is_watch;
 use super::status::ApiError;
 use crate::runtime::Runtime;
 use crate::runtime::cache::Shared;
@@ -327,15 +328,6 @@ fn resources_of(list: &Value) -> Vec<model::DiscoveredResource> {
         .flatten()
         .filter_map(|r| serde_json::from_value(r.clone()).ok())
         .collect()
-}
-
-/// Is this a watch (`?watch=true` or the legacy `/watch/` prefix)? Those are streamed outside warp.
-pub fn is_watch(tail: &str, query: Option<&str>) -> bool {
-    tail.starts_with("watch/")
-        || query.is_some_and(|q| {
-            q.split('&')
-                .any(|kv| matches!(kv, "watch=true" | "watch=1" | "watch=True"))
-        })
 }
 
 /// Parses a query string into its first value per key (keys may repeat; Kubernetes uses the first).

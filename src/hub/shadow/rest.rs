@@ -797,7 +797,7 @@ fn dry_run_options(v: &Value) -> Result<bool, ApiError> {
         }
         other => Err(ApiError::bad_request(format!(
             "the DeleteOptions' dryRun must be a list, got {}",
-            json_kind(other)
+            crate::kube_ext::a_json_type(other)
         ))),
     }
 }
@@ -890,7 +890,7 @@ pub fn patch_object(
             if !out.is_object() {
                 return Err(ApiError::invalid(format!(
                     "the JSON patch cannot be applied: the result must be an object, got {}",
-                    json_kind(&out)
+                    crate::kube_ext::a_json_type(&out)
                 )));
             }
             Ok(out)
@@ -919,17 +919,6 @@ pub fn patch_object(
                 })
         }
         other => Err(ApiError::unsupported_media_type(other)),
-    }
-}
-
-fn json_kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "an object",
     }
 }
 
@@ -1013,7 +1002,7 @@ pub fn decode_apply_patch(body: &Bytes, name: &str) -> Result<Value, ApiError> {
     if !applied["metadata"].is_object() && !applied["metadata"].is_null() {
         return Err(ApiError::bad_request(format!(
             "the apply patch's metadata must be an object, got {}",
-            json_kind(&applied["metadata"])
+            crate::kube_ext::a_json_type(&applied["metadata"])
         )));
     }
     match applied["metadata"]["name"].as_str() {

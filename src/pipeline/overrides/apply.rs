@@ -7,10 +7,11 @@ use json_patch::{PatchErrorKind, PatchOperation};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::helm::coalesce_helm_values;
+use super::values::coalesce_helm_values;
 use super::{MAX_JSON_PATCH_OPERATIONS, OverrideError};
 use crate::apis::placement::FieldChange;
 use crate::apis::{FieldFormat, OverrideConfig, OverrideType};
+use crate::kube_ext::json_type;
 use crate::kube_ext::patch_limits::{GrowthBudget, MAX_PATCH_GROWTH};
 use crate::kube_ext::yaml;
 
@@ -559,17 +560,6 @@ fn to_indented_json(value: &Value) -> Result<String, String> {
         .serialize(&mut serializer)
         .map_err(|e| format!("cannot write the result as JSON: {e}"))?;
     String::from_utf8(out).map_err(|e| format!("cannot write the result as JSON: {e}"))
-}
-
-pub(super) fn json_type(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "boolean",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-    }
 }
 
 #[cfg(test)]

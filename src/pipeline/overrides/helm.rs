@@ -2,11 +2,12 @@
 //! Helm's value coalescing used by `Helm` overrides (upstream `patch.go` with Helm's
 //! `chartutil.CoalesceTables`, and the Helm half of `ApplyOverridesToDescription`).
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::OverrideError;
-use super::apply::{Doc, apply_docs, internal_json_patch, json_type};
+use super::apply::{Doc, apply_docs, internal_json_patch};
 use crate::apis::{OverrideConfig, OverrideType};
+use crate::kube_ext::json_type;
 
 /// Result of rendering one chart of a Helm Description (§5.5 Helm).
 #[derive(Debug, Clone, PartialEq)]
@@ -96,61 +97,6 @@ pub fn render_helm(
         values: values.into_string(),
         chart: out,
     })
-}
-
-/// `G = coalesce(value over G)`: Helm's `chartutil.CoalesceTables(override, current)`.
-pub(super) fn coalesce_helm_values(current: &mut Value, override_: Value) -> Result<(), String> {
-    let override_ = match override_ {
-        // Helm's CoalesceTables(nil, src) returns src: nothing changes.
-        Value::Null => return Ok(()),
-        Value::Object(map) => map,
-        other => {
-            return Err(format!(
-                "Helm values must be a map, got {}",
-                json_type(&other)
-            ));
-        }
-    };
-    let current_map = match std::mem::take(current) {
-        Value::Null => Map::new(),
-        Value::Object(map) => map,
-        other => {
-            let kind = json_type(&other);
-            *current = other;
-            return Err(format!(
-                "the values being overridden are a {kind}, not a map"
-            ));
-        }
-    };
-    let mut result = override_;
-    coalesce_tables(&mut result, current_map);
-    *current = Value::Object(result);
-    Ok(())
-}
-
-/// Helm's table coalescing with `dst` authoritative (`coalesceTablesFullKey`, merge=false):
-/// - a key only in `src` is copied;
-/// - a `null` in `dst` deletes a key `src` has (a `null` for a key `src` lacks stays, so Helm can
-///   still use it to delete a chart default later);
-/// - two tables merge recursively;
-/// - otherwise `dst` wins, including a scalar over a table and a table over a scalar.
-fn coalesce_tables(dst: &mut Map<String, Value>, src: Map<String, Value>) {
-    for (key, src_value) in src {
-        match dst.get_mut(&key) {
-            None => {
-                dst.insert(key, src_value);
-            }
-            Some(Value::Null) => {
-                dst.remove(&key);
-            }
-            Some(Value::Object(dst_table)) => {
-                if let Value::Object(src_table) = src_value {
-                    coalesce_tables(dst_table, src_table);
-                }
-            }
-            Some(_) => {}
-        }
-    }
 }
 
 #[cfg(test)]

@@ -37,6 +37,7 @@
 mod apply;
 mod helm;
 mod select;
+mod values;
 
 pub use apply::*;
 pub use helm::*;

@@ -18,13 +18,12 @@
 //! network or to other clusternet modules; the caller does the I/O and feeds the results in.
 
 pub mod discovery;
-pub mod naming;
 pub mod scale;
 pub mod transform;
 pub mod trim;
 
+pub use crate::apis::naming::{self, *};
 pub use discovery::*;
-pub use naming::*;
 pub use scale::*;
 pub use transform::*;
 pub use trim::*;
@@ -33,10 +32,6 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
-/// `apiVersion` of stored Manifests.
-pub const MANIFEST_API_VERSION: &str = "apps.clusternet.io/v1alpha1";
-/// `kind` of stored Manifests.
-pub const MANIFEST_KIND: &str = "Manifest";
 /// Default namespace holding the Manifests (and used for namespaced dry runs).
 pub const DEFAULT_RESERVED_NAMESPACE: &str = "clusternet-reserved";
 
@@ -49,31 +44,19 @@ pub const SHADOW_GROUP_VERSION: &str = "shadow/v1alpha1";
 /// Category put on every shadow discovery entry, so `kubectl get clusternet.shadow` works.
 pub const SHADOW_CATEGORY: &str = "clusternet.shadow";
 
-/// Label: API group of the original object (`""` for core).
-pub const CONFIG_GROUP_LABEL: &str = "apps.clusternet.io/config.group";
-/// Label: API version of the original object.
-pub const CONFIG_VERSION_LABEL: &str = "apps.clusternet.io/config.version";
-/// Label: kind of the original object.
-pub const CONFIG_KIND_LABEL: &str = "apps.clusternet.io/config.kind";
-/// Label: name of the original object.
-pub const CONFIG_NAME_LABEL: &str = "apps.clusternet.io/config.name";
-/// Label: namespace of the original object (`""` for cluster-scoped objects).
-pub const CONFIG_NAMESPACE_LABEL: &str = "apps.clusternet.io/config.namespace";
-/// Label the hub puts on every submitted object.
-pub const CREATED_BY_LABEL: &str = "clusternet.io/created-by";
-/// Value of [`CREATED_BY_LABEL`].
-pub const CLUSTERNET_HUB_NAME: &str = "clusternet-hub";
-/// Manifest annotation explaining why a feed is protected from deletion; surfaced on reads.
-pub const FEED_PROTECTION_ANNOTATION: &str = "apps.clusternet.io/feed-protection";
-/// Object annotation that skips the dry run when set to `"true"`.
-pub const SKIP_VALIDATING_ANNOTATION: &str = "apps.clusternet.io/skip-validating";
+/// The labels and annotations the shadow API reads and writes: the config labels of a Manifest,
+/// `clusternet.io/created-by: clusternet-hub` on every submitted object, the feed-protection
+/// annotation surfaced on reads, and `apps.clusternet.io/skip-validating`.
+pub use crate::apis::known::{
+    CLUSTERNET_HUB_NAME, CONFIG_GROUP_LABEL, CONFIG_KIND_LABEL, CONFIG_NAME_LABEL,
+    CONFIG_NAMESPACE_LABEL, CONFIG_VERSION_LABEL, FEED_PROTECTION_ANNOTATION,
+    OBJECT_CREATED_BY_LABEL as CREATED_BY_LABEL, SKIP_VALIDATING_ANNOTATION,
+};
 /// Annotation carried by BOOKMARK objects.
 pub const INITIAL_EVENTS_END_ANNOTATION: &str = "k8s.io/initial-events-end";
 
 /// Group suffix of clusternet's own APIs, never mirrored.
 pub const CLUSTERNET_GROUP_SUFFIX: &str = ".clusternet.io";
-/// Kind whose `/scale` update must not rewrite the `config.kind` label.
-pub const SCALE_KIND: &str = "Scale";
 
 /// Verbs of every CRD-backed discovery entry (upstream order).
 pub const CRD_VERBS: [&str; 8] = [

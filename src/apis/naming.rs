@@ -1,13 +1,24 @@
-//! §3.2 Manifest naming and labels, and the full `Manifest` JSON stored in the reserved
-//! namespace, including the label merge of an update (§3.5). Port of the naming half of upstream
-//! `pkg/hub/registry/shadow/template/rest.go` (`getResourceName`, `normalizeManifestName`,
-//! `Create`'s label set-up, `Update`'s label merge).
+//! Manifest naming and labels (hub.md §3.2), and the full `Manifest` JSON stored in the reserved
+//! namespace, including the label merge of an update (§3.5): what the shadow API stores and what
+//! the controller publishes as feeds (a ServiceImport's derived Service and slices) alike. Port
+//! of the naming half of upstream `pkg/hub/registry/shadow/template/rest.go`
+//! (`getResourceName`, `normalizeManifestName`, `Create`'s label set-up, `Update`'s label merge).
 
 use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use super::*;
+use super::known::{
+    CONFIG_GROUP_LABEL, CONFIG_KIND_LABEL, CONFIG_NAME_LABEL, CONFIG_NAMESPACE_LABEL,
+    CONFIG_VERSION_LABEL,
+};
+
+/// `apiVersion` of stored Manifests.
+pub const MANIFEST_API_VERSION: &str = "apps.clusternet.io/v1alpha1";
+/// `kind` of stored Manifests.
+pub const MANIFEST_KIND: &str = "Manifest";
+/// Kind whose `/scale` update must not rewrite the `config.kind` label.
+pub const SCALE_KIND: &str = "Scale";
 
 /// Strips a subresource (`deployments/scale` -> `deployments`), as upstream `getResourceName`.
 pub fn base_resource(plural: &str) -> &str {
@@ -116,34 +127,17 @@ pub fn build_manifest(
         "metadata": {
             "name": manifest_name,
             "namespace": reserved_namespace,
-            "labels": string_map_value(labels),
+            "labels": labels,
         },
         "template": template,
     })
 }
 
-/// The existing Manifest with its labels and `template` replaced, everything else (resource
-/// version for optimistic concurrency, finalizers, annotations) kept, ready for an update.
-pub fn updated_manifest(
-    existing_manifest: &Value,
-    labels: &BTreeMap<String, String>,
-    template: Value,
-) -> Result<Value, ModelError> {
-    let mut manifest = existing_manifest.clone();
-    set_path(
-        &mut manifest,
-        &["metadata", "labels"],
-        string_map_value(labels),
-    )
-    .map_err(ModelError::InvalidManifest)?;
-    set_path(&mut manifest, &["template"], template).map_err(ModelError::InvalidManifest)?;
-    Ok(manifest)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hub::shadow::model::fixtures::stored_manifest;
+    // the end-to-end case stores what the shadow API prepares
+    use crate::hub::shadow::model::*;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
@@ -296,11 +290,5 @@ mod tests {
             "qux",
         );
         assert_eq!(scaled[CONFIG_KIND_LABEL], "Deployment");
-
-        let manifest = stored_manifest();
-        let updated = updated_manifest(&manifest, &merged, json!({"kind": "Deployment"})).unwrap();
-        assert_eq!(updated["metadata"]["resourceVersion"], "777");
-        assert_eq!(updated["metadata"]["labels"]["new"], "1");
-        assert_eq!(updated["template"], json!({"kind": "Deployment"}));
     }
 }
