@@ -24,11 +24,13 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
+use tracing::{debug, info};
 
+use crate::apis::SchedulingStrategy;
 use crate::apis::known;
 use crate::apis::{ManagedCluster, Subscription, SubscriptionStatus};
 use crate::runtime::ratelimit::Tokens;
-use crate::scheduler::framework::TargetClusters;
+use crate::scheduler::framework::{TargetClusters, cluster_key};
 
 /// The scheduler's failover settings.
 #[derive(Debug, Clone, Copy)]
@@ -225,39 +227,19 @@ pub fn plan(
     let mut lost = Vec::new();
     for c in &live {
         let k = key(c);
-        let (ready, since) = ready_since(c);
-        if !bound.contains(&k) {
+        if bound.contains(&k) {
+            lost.extend(judge_bound(k, c, grace, now, &mut out));
+        } else {
             let was_failed_over = memory
                 .failed_over
                 .get(&sub_key)
                 .is_some_and(|m| m.contains_key(&k));
-            if !was_failed_over {
-                if schedulable(c) {
-                    out.returned.push(k);
-                }
-                continue;
-            }
-            let ready_for = since.map_or(Duration::ZERO, |t| elapsed(t, now));
-            if !schedulable(c) || manual {
-                out.damped.push(k);
-            } else if ready_for < settings.stable {
-                out.damped.push(k);
-                out.look_again_in(settings.stable - ready_for + Duration::from_millis(100));
-            } else {
-                out.returned.push(k.clone());
-                out.failing_back.push(k);
-            }
-            continue;
-        }
-        if ready {
-            continue;
-        }
-        let down_for = since.map_or(grace, |t| elapsed(t, now));
-        if down_for < grace {
-            out.hold.push(k);
-            out.look_again_in(grace - down_for);
-        } else {
-            lost.push(k);
+            let back = Back {
+                was_failed_over,
+                manual,
+                stable: settings.stable,
+            };
+            judge_unbound(k, c, &back, now, &mut out);
         }
     }
     // with fewer than three clusters there is no majority to tell a parent-side problem by
@@ -283,6 +265,59 @@ pub fn plan(
         }
     }
     out
+}
+
+/// How a selected cluster the binding does not have may come back.
+struct Back {
+    /// This Subscription failed over from it.
+    was_failed_over: bool,
+    /// The Subscription turned automatic fail-back off.
+    manual: bool,
+    /// `--cluster-failback-stable`.
+    stable: Duration,
+}
+
+/// A selected cluster the binding does not have: a candidate again when schedulable, unless
+/// this Subscription failed over from it; then it comes back only once Ready for the stable
+/// period (and never when fail-back is manual): damped until then.
+fn judge_unbound(k: String, c: &ManagedCluster, back: &Back, now: Timestamp, out: &mut Plan) {
+    if !back.was_failed_over {
+        if schedulable(c) {
+            out.returned.push(k);
+        }
+        return;
+    }
+    let ready_for = ready_since(c).1.map_or(Duration::ZERO, |t| elapsed(t, now));
+    if !schedulable(c) || back.manual {
+        out.damped.push(k);
+    } else if ready_for < back.stable {
+        out.damped.push(k);
+        out.look_again_in(back.stable - ready_for + Duration::from_millis(100));
+    } else {
+        out.returned.push(k.clone());
+        out.failing_back.push(k);
+    }
+}
+
+/// A bound cluster: nothing when Ready; held for the grace period when not, then lost.
+fn judge_bound(
+    k: String,
+    c: &ManagedCluster,
+    grace: Duration,
+    now: Timestamp,
+    out: &mut Plan,
+) -> Option<String> {
+    let (ready, since) = ready_since(c);
+    if ready {
+        return None;
+    }
+    let down_for = since.map_or(grace, |t| elapsed(t, now));
+    if down_for < grace {
+        out.hold.push(k);
+        out.look_again_in(grace - down_for);
+        return None;
+    }
+    Some(k)
 }
 
 const SUPPRESSED_RECHECK: Duration = Duration::from_secs(30);
@@ -335,10 +370,10 @@ pub fn step(
             replicas.insert(feed.clone(), wanted.clone());
             continue;
         }
-        let cur_of = |c: &String| crate::scheduler::binder::assigned(current, c, feed);
-        let target_of = |i: usize| wanted.get(i).copied().unwrap_or(0);
-        let count: i32 = wanted.iter().sum();
-        let mut next: Vec<i32> = clusters.iter().map(cur_of).collect();
+        let next: Vec<i32> = clusters
+            .iter()
+            .map(|c| crate::scheduler::binder::assigned(current, c, feed))
+            .collect();
         let avail: Vec<i32> = clusters
             .iter()
             .zip(&next)
@@ -350,37 +385,56 @@ pub fn step(
                     .clamp(0, (*n).max(0))
             })
             .collect();
-        let mut budget = (avail.iter().sum::<i32>() - count).max(0);
-        for (i, n) in next.iter_mut().enumerate() {
-            let excess = *n - target_of(i);
-            if excess <= 0 {
-                continue;
-            }
-            let free = excess.min(*n - avail[i]);
-            let paid = (excess - free).min(budget);
-            budget -= paid;
-            *n -= free + paid;
-        }
-        let mut room = (count + surge.of(count) - next.iter().sum::<i32>()).max(0);
-        for (i, n) in next.iter_mut().enumerate() {
-            let short = target_of(i) - *n;
-            if short > 0 && room > 0 {
-                let add = short.min(room);
-                *n += add;
-                room -= add;
-            }
-        }
+        let next = step_feed(next, wanted, &avail, surge);
         replicas.insert(feed.clone(), next);
     }
-    let keep: Vec<bool> = (0..clusters.len())
+    without_emptied(clusters, replicas, n_target)
+}
+
+/// One feed's step: `next` (what each cluster has now, binding order, the target's clusters
+/// first) towards `wanted`, with `avail` replicas available in each.
+fn step_feed(mut next: Vec<i32>, wanted: &[i32], avail: &[i32], surge: Surge) -> Vec<i32> {
+    let target_of = |i: usize| wanted.get(i).copied().unwrap_or(0);
+    let count: i32 = wanted.iter().sum();
+    let mut budget = (avail.iter().sum::<i32>() - count).max(0);
+    for (i, n) in next.iter_mut().enumerate() {
+        let excess = *n - target_of(i);
+        if excess <= 0 {
+            continue;
+        }
+        let free = excess.min(*n - avail[i]);
+        let paid = (excess - free).min(budget);
+        budget -= paid;
+        *n -= free + paid;
+    }
+    let mut room = (count + surge.of(count) - next.iter().sum::<i32>()).max(0);
+    for (i, n) in next.iter_mut().enumerate() {
+        let short = target_of(i) - *n;
+        if short > 0 && room > 0 {
+            let add = short.min(room);
+            *n += add;
+            room -= add;
+        }
+    }
+    next
+}
+
+/// The step's binding: a cluster beyond the target's first `n_target` leaves it once it has
+/// nothing of any feed.
+fn without_emptied(
+    clusters: Vec<String>,
+    mut replicas: BTreeMap<String, Vec<i32>>,
+    n_target: usize,
+) -> TargetClusters {
+    let width = clusters.len();
+    let keep: Vec<bool> = (0..width)
         .map(|i| {
             i < n_target
                 || replicas
                     .values()
-                    .any(|l: &Vec<i32>| l.len() == clusters.len() && l[i] > 0)
+                    .any(|l: &Vec<i32>| l.len() == width && l[i] > 0)
         })
         .collect();
-    let width = clusters.len();
     for list in replicas.values_mut() {
         if list.len() == width {
             *list = list
@@ -400,6 +454,176 @@ pub fn step(
             .collect(),
         replicas,
     }
+}
+
+// ---- what a scheduling cycle does with the plan -------------------------------------------
+
+/// A word for the people watching a Subscription (an Event), decided by a cycle and written by
+/// the scheduler's loop.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Note {
+    pub warning: bool,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl Note {
+    pub fn warning(reason: &'static str, message: impl Into<String>) -> Note {
+        Note {
+            warning: true,
+            reason,
+            message: message.into(),
+        }
+    }
+
+    pub fn normal(reason: &'static str, message: impl Into<String>) -> Note {
+        Note {
+            warning: false,
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+/// The clusters a cycle may bind: a failed-over cluster (or one not given back yet) is no
+/// candidate, whatever toleration (with tolerationSeconds) it had; one within its failover
+/// grace is scheduled as if still ready (only those are copied).
+pub(crate) fn candidates(
+    mut all: Vec<Arc<ManagedCluster>>,
+    failover: &Plan,
+) -> Vec<Arc<ManagedCluster>> {
+    if !failover.lost.is_empty() || !failover.damped.is_empty() {
+        all.retain(|c| {
+            let k = cluster_key(c);
+            !failover.lost.contains(&k) && !failover.damped.contains(&k)
+        });
+    }
+    if failover.hold.is_empty() {
+        return all;
+    }
+    all.into_iter()
+        .map(|c| {
+            if failover.hold.contains(&cluster_key(&c)) {
+                Arc::new(as_if_ready(&c))
+            } else {
+                c
+            }
+        })
+        .collect()
+}
+
+/// The clusters a decision left out for failover (lost, damped), with why, for
+/// `status.lastDecision`.
+pub(crate) fn left_out<'a>(
+    lost: &'a [String],
+    damped: &'a [String],
+) -> [(&'static str, &'a [String]); 2] {
+    [
+        (
+            "failed over: not ready for longer than its failover grace",
+            lost,
+        ),
+        (
+            "failed over, not given back yet: a fail-back waits until it has been Ready for the stable period",
+            damped,
+        ),
+    ]
+}
+
+/// Remembers (and counts) the failovers and fail-backs a new binding carries out: a lost
+/// cluster it no longer binds, a returning one it binds again; the notes say so.
+pub(crate) fn record_moves(
+    key: &str,
+    status: &SubscriptionStatus,
+    failover: &Plan,
+    settings: &Settings,
+    memory: &mut Memory,
+    notes: &mut Vec<Note>,
+) {
+    let now = Timestamp::now();
+    for lost in &failover.lost {
+        if !status.binding_clusters.contains(lost) {
+            memory.failed_over(key, lost, now);
+            metrics::counter!("clusternet_scheduler_failover_total").increment(1);
+            let message = format!(
+                "cluster {lost} has not been ready for longer than its failover grace: failed over to {}",
+                if status.binding_clusters.is_empty() {
+                    "no cluster (none fits)".to_string()
+                } else {
+                    status.binding_clusters.join(", ")
+                }
+            );
+            info!(subscription = %key, %message, "FailedOver");
+            notes.push(Note::warning("FailedOver", message));
+        }
+    }
+    for back in &failover.failing_back {
+        if status.binding_clusters.contains(back) {
+            memory.failed_back(key, back);
+            metrics::counter!("clusternet_scheduler_failback_total").increment(1);
+            let message = format!(
+                "cluster {back} has been Ready for {:?} or longer: it gets its share back, \
+                 make-before-break (replicas leave the others only once it reports them \
+                 available)",
+                settings.stable
+            );
+            info!(subscription = %key, %message, "FailedBack");
+            notes.push(Note::normal("FailedBack", message));
+        }
+    }
+}
+
+/// How often a fail-back under way looks at the replicas reported available.
+pub(crate) const STEP_RECHECK: Duration = Duration::from_secs(2);
+
+/// A Dividing binding that changes because clusters returned (not because its spec changed,
+/// not because one was lost: those move at once) moves make-before-break, one [`step`] a cycle,
+/// looked at again every [`STEP_RECHECK`] until it is done.
+pub(crate) fn make_before_break(
+    sub: &Subscription,
+    target: TargetClusters,
+    plan: &Plan,
+    (settings, memory): (&Settings, &mut Memory),
+    clusters: &[Arc<ManagedCluster>],
+    recheck: &mut Option<Duration>,
+) -> TargetClusters {
+    let key = &format!("{}/{}", sub.namespace().unwrap_or_default(), sub.name_any());
+    let gradual = sub.spec.effective_scheduling_strategy() == SchedulingStrategy::Dividing
+        && plan.lost.is_empty()
+        && (!plan.returned.is_empty() || memory.is_stepping(key));
+    let status = sub.status.as_ref().filter(|s| {
+        gradual
+            && !s.binding_clusters.is_empty()
+            && s.spec_hash == crate::apis::hash_subscription_spec(&sub.spec)
+    });
+    let Some(status) = status else {
+        memory.set_stepping(key, false);
+        return target;
+    };
+    let available = available_replicas(status, clusters);
+    let next = step(status, &target, &available, settings.surge);
+    let done = super::binder::sorted_target(&next) == super::binder::sorted_target(&target);
+    memory.set_stepping(key, !done);
+    if !done {
+        debug!(subscription = %key, ?next, "fail-back: make-before-break step");
+        *recheck = Some(recheck.map_or(STEP_RECHECK, |r| r.min(STEP_RECHECK)));
+    }
+    next
+}
+
+/// (cluster key, feed key) -> the replicas the cluster reports available, from the
+/// Subscription's aggregated status (clusters matched by cluster ID).
+fn available_replicas(
+    status: &SubscriptionStatus,
+    clusters: &[Arc<ManagedCluster>],
+) -> HashMap<(String, String), i32> {
+    let by_id: HashMap<&str, String> = clusters
+        .iter()
+        .map(|c| (c.spec.cluster_id.as_str(), cluster_key(c)))
+        .collect();
+    super::reservation::reported_available(status)
+        .filter_map(|(id, feed, available)| Some(((by_id.get(id)?.clone(), feed), available)))
+        .collect()
 }
 
 #[cfg(test)]

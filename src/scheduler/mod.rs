@@ -50,6 +50,7 @@ pub mod algorithm;
 pub mod binder;
 pub mod config;
 pub mod controller;
+pub mod cycle;
 pub mod explain;
 pub mod failover;
 pub mod framework;
@@ -58,6 +59,8 @@ pub mod predictor_client;
 pub mod queue;
 pub mod record;
 pub mod reservation;
+pub mod triggers;
+pub mod writer;
 
 pub use algorithm::{FilterOffset, FitError, ScheduleError, ScheduleResult, schedule};
 pub use binder::{binding_status, feeds_match_inventory, needs_scheduling};

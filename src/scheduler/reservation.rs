@@ -7,14 +7,21 @@
 //! [`HOLD_TIMEOUT`] has passed. Holds are in resources per replica, so Subscriptions of other
 //! shapes are charged what the hold takes of the resources they ask for (a conservative
 //! estimate: a hold may cost a little room that is free, never room that is not).
-//! Pure; the scheduler keeps one `Reservations` and tells it what it saw.
+//! Pure; the scheduler keeps one `Reservations` and tells it what it saw (the functions at the
+//! end: what a Dynamic cycle takes from the holds and holds after its decision).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
+use kube::runtime::reflector::{ObjectRef, Store};
 
-use crate::apis::ReplicaRequirements;
+use super::binder;
+use super::framework::{CycleState, cluster_key};
+use crate::apis::{
+    FeedInventory, ManagedCluster, ReplicaRequirements, Subscription, SubscriptionStatus,
+};
 use crate::kube_ext::quantity;
 
 /// How long a hold lasts at most (a child that never reports its replicas).
@@ -145,6 +152,160 @@ pub struct Taken(pub HashMap<(String, String), i32>);
 
 /// The cycle-state key of [`Taken`].
 pub const TAKEN: &str = "clusternet.io/reservations";
+
+// ---- what a Dynamic cycle does with the holds ---------------------------------------------
+
+/// A Dynamic cycle's view of the holds: those the children now reflect (or that no longer
+/// stand) are released, the rest are taken from the clusters' predicted room.
+pub(crate) fn take_reservations(
+    reservations: &mut Reservations,
+    subs: &Store<Subscription>,
+    all: &[Arc<ManagedCluster>],
+    inventory: Option<&FeedInventory>,
+    state: &CycleState,
+) {
+    if reservations.is_empty() {
+        return;
+    }
+    reservations.release(Timestamp::now(), |cluster, held_by, feed, assigned| {
+        reflected(subs, all, cluster, held_by, feed, assigned)
+    });
+    if let Some(inv) = inventory {
+        state.write(TAKEN, taken_from(reservations, inv, all));
+    }
+}
+
+/// Holds what a Dynamic decision assigned until the children reflect it. Short of its replicas
+/// while holds take room (even when the binding is unchanged), the Subscription is looked at
+/// again as they are released.
+pub(crate) fn keep_holds(
+    reservations: &mut Reservations,
+    key: &str,
+    sub: &Subscription,
+    status: &SubscriptionStatus,
+    inv: &FeedInventory,
+    recheck: &mut Option<Duration>,
+) {
+    hold_assigned(reservations, key, sub.status.as_ref(), status, inv);
+    if !reservations.is_empty() && binder::feeds_changed_with(status, sub, inv) {
+        *recheck = Some(recheck.map_or(SHORT_RECHECK, |r| r.min(SHORT_RECHECK)));
+    }
+}
+
+/// How often a Dynamic Subscription left short while holds take room is looked at again.
+pub(crate) const SHORT_RECHECK: Duration = Duration::from_secs(5);
+
+/// Whether `cluster` reports the `assigned` replicas of `feed` of `sub` available (so its
+/// predictor counts them), or the hold no longer stands (the Subscription or the cluster is
+/// gone). The binding in the cache may lag the one just decided: `assigned` is the decision's.
+pub(crate) fn reflected(
+    subs: &Store<Subscription>,
+    clusters: &[Arc<ManagedCluster>],
+    cluster: &str,
+    sub: &str,
+    feed: &str,
+    assigned: i32,
+) -> bool {
+    let Some((ns, name)) = sub.split_once('/') else {
+        return true;
+    };
+    let Some(found) = subs.get(&ObjectRef::new(name).within(ns)) else {
+        return true;
+    };
+    let Some(status) = found.status.as_ref() else {
+        return false;
+    };
+    let Some(id) = clusters
+        .iter()
+        .find(|c| cluster_key(c) == cluster)
+        .map(|c| c.spec.cluster_id.as_str())
+    else {
+        return true;
+    };
+    reported_available(status)
+        .any(|(i, f, available)| i == id && f == feed && available >= assigned)
+}
+
+/// (cluster ID, feed key, available replicas) as the Subscription's aggregated status reports.
+pub(crate) fn reported_available(
+    status: &SubscriptionStatus,
+) -> impl Iterator<Item = (&str, String, i32)> {
+    status.aggregated_statuses.iter().flat_map(|agg| {
+        let feed = agg.feed.key();
+        agg.feed_status_details.iter().map(move |d| {
+            (
+                d.cluster_id.as_str(),
+                feed.clone(),
+                d.feed_status.replica_status.available_replicas,
+            )
+        })
+    })
+}
+
+/// What the holds take, in replicas of each workload feed of `inventory`, per cluster.
+pub(crate) fn taken_from(
+    reservations: &Reservations,
+    inventory: &FeedInventory,
+    clusters: &[Arc<ManagedCluster>],
+) -> Taken {
+    let mut taken = Taken::default();
+    for order in inventory
+        .spec
+        .feeds
+        .iter()
+        .filter(|o| o.desired_replicas.is_some())
+    {
+        let request = request_of(&order.replica_requirements);
+        for c in clusters {
+            let key = cluster_key(c);
+            let n = reservations.taken(&key, &request);
+            if n > 0 {
+                taken.0.insert((key, order.feed.key()), n);
+            }
+        }
+    }
+    taken
+}
+
+/// Holds what the new binding assigns beyond the old one (and gives back what it takes away).
+pub(crate) fn hold_assigned(
+    reservations: &mut Reservations,
+    key: &str,
+    old: Option<&SubscriptionStatus>,
+    new: &SubscriptionStatus,
+    inventory: &FeedInventory,
+) {
+    let now = Timestamp::now();
+    for order in inventory
+        .spec
+        .feeds
+        .iter()
+        .filter(|o| o.desired_replicas.is_some())
+    {
+        let feed = order.feed.key();
+        let request = request_of(&order.replica_requirements);
+        let old_clusters = old
+            .map(|o| o.binding_clusters.as_slice())
+            .unwrap_or_default();
+        for cluster in new.binding_clusters.iter().chain(
+            old_clusters
+                .iter()
+                .filter(|c| !new.binding_clusters.contains(c)),
+        ) {
+            let before = old.map_or(0, |o| binder::assigned(o, cluster, &feed));
+            let after = binder::assigned(new, cluster, &feed);
+            reservations.hold(
+                cluster,
+                key,
+                &feed,
+                after - before,
+                after,
+                request.clone(),
+                now,
+            );
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {
