@@ -15,6 +15,7 @@ pub mod limits;
 pub mod peers;
 pub mod placement;
 pub mod proxies;
+pub mod routes;
 pub mod server;
 pub mod shadow;
 pub mod status;

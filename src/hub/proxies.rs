@@ -14,7 +14,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tracing::{debug, info, warn};
 
 use super::Hub;
-use super::authn::{UserInfo, child_identity, is_identity_header};
+use super::authn::{ChildIdentity, UserInfo, child_identity, is_identity_header};
 use super::authz::{Attributes, verb_for};
 use super::body::{HubBody, boxed, empty};
 use super::limits::{self, CopyEnd};
@@ -225,31 +225,17 @@ async fn tunnel(
 trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
 
-async fn proxy(
-    hub: &Arc<Hub>,
-    user: &UserInfo,
-    mut req: Request<Incoming>,
+/// The child's API server as the proxy reaches it: the agent's tunnel when it holds one here,
+/// else through a peer hub whose replica holds it (hub.md §2.6); a cluster that does not use
+/// sockets may be dialled directly from the hub (upstream always insists on the tunnel). TLS
+/// when the target is HTTPS, with the caller's child client certificate when it has one.
+async fn dial(
+    hub: &Hub,
     cluster_id: &str,
-    proxy_path: &str,
-) -> Result<Response<HubBody>, ApiError> {
-    let cluster = find_cluster(hub, cluster_id)?;
-    let status = cluster.status.clone().unwrap_or_default();
-    let target = target(proxy_path, &status.apiserver_url)?;
-    let identity = child_identity(&user.extra)?;
-    let upgrade_requested = req.headers().contains_key(header::UPGRADE);
-    // a watch counts against its user until its response body is gone
-    let watch_guard = (!upgrade_requested
-        && limits::is_proxied_watch(&target.path, req.uri().query()))
-    .then(|| {
-        hub.watches
-            .acquire(&limits::watch_key(user, Some(&identity)), &user.name)
-    })
-    .transpose()?;
-    let idle = hub.rt.config.proxy_idle_timeout;
-
-    // the tunnel when the agent holds one here, else through a peer hub whose replica holds it
-    // (hub.md §2.6); a cluster that does not use sockets may be dialled directly from the hub
-    // (upstream always insists on the tunnel)
+    use_socket: bool,
+    target: &Target,
+    identity: &ChildIdentity,
+) -> Result<Box<dyn Stream>, ApiError> {
     let via = hub
         .tunnels
         .get(cluster_id)
@@ -276,7 +262,7 @@ async fn proxy(
                 ))
             })?)
         }
-        None if status.use_socket => {
+        None if use_socket => {
             return Err(ApiError::bad_request(format!(
                 "cannot proxy through cluster {cluster_id}, whose agent is disconnected"
             )));
@@ -289,28 +275,34 @@ async fn proxy(
             Box::new(tcp)
         }
     };
-    let stream: Box<dyn Stream> = if target.https {
-        let cert = identity
-            .client_cert
-            .as_ref()
-            .map(|(c, k)| (c.as_slice(), k.as_slice()));
-        let tls = crate::runtime::serving::insecure_client_config(cert)
-            .map_err(|e| ApiError::internal(format!("TLS client configuration: {e}")))?;
-        let name = tokio_rustls::rustls::pki_types::ServerName::try_from(target.host.clone())
-            .map_err(|e| ApiError::bad_request(format!("bad host {:?}: {e}", target.host)))?;
-        let connector = tokio_rustls::TlsConnector::from(Arc::new(tls));
-        Box::new(
-            connector
-                .connect(name, stream)
-                .await
-                .map_err(|e| ApiError::unavailable(format!("TLS to {}: {e}", target.authority)))?,
-        )
-    } else {
-        stream
-    };
+    if !target.https {
+        return Ok(stream);
+    }
+    let cert = identity
+        .client_cert
+        .as_ref()
+        .map(|(c, k)| (c.as_slice(), k.as_slice()));
+    let tls = crate::runtime::serving::insecure_client_config(cert)
+        .map_err(|e| ApiError::internal(format!("TLS client configuration: {e}")))?;
+    let name = tokio_rustls::rustls::pki_types::ServerName::try_from(target.host.clone())
+        .map_err(|e| ApiError::bad_request(format!("bad host {:?}: {e}", target.host)))?;
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(tls));
+    Ok(Box::new(connector.connect(name, stream).await.map_err(
+        |e| ApiError::unavailable(format!("TLS to {}: {e}", target.authority)),
+    )?))
+}
 
-    let client_upgrade = upgrade_requested.then(|| hyper::upgrade::on(&mut req));
-    let (parts, body) = req.into_parts();
+/// The request the child receives: the caller's method, the target's path with the caller's
+/// query, the caller's headers minus hop-by-hop ones and every identity ([`forwarded_headers`]),
+/// then the child identity the caller's extras carry.
+fn outgoing<B>(
+    hub: &Hub,
+    parts: &http::request::Parts,
+    body: B,
+    target: &Target,
+    identity: &ChildIdentity,
+    upgrade: bool,
+) -> Result<Request<B>, ApiError> {
     let path_and_query = match parts.uri.query() {
         Some(q) => format!("{}?{q}", target.path),
         None => target.path.clone(),
@@ -320,11 +312,7 @@ async fn proxy(
         .uri(path_and_query)
         .body(body)
         .map_err(|e| ApiError::bad_request(format!("building the proxied request: {e}")))?;
-    *out.headers_mut() = forwarded_headers(
-        &parts.headers,
-        hub.requestheader.as_ref(),
-        upgrade_requested,
-    );
+    *out.headers_mut() = forwarded_headers(&parts.headers, hub.requestheader.as_ref(), upgrade);
     let h = out.headers_mut();
     if let Ok(v) = HeaderValue::from_str(&target.authority) {
         h.insert(header::HOST, v);
@@ -342,7 +330,71 @@ async fn proxy(
             h.append(n, v);
         }
     }
+    Ok(out)
+}
 
+/// Both ends of an upgraded proxied connection (exec, attach, port-forward), copied until
+/// either closes or nothing moves for `--proxy-idle-timeout`.
+fn relay_upgrade(
+    client: hyper::upgrade::OnUpgrade,
+    child: hyper::upgrade::OnUpgrade,
+    cluster_id: String,
+    authority: String,
+    idle: std::time::Duration,
+) {
+    tokio::spawn(async move {
+        match (client.await, child.await) {
+            (Ok(client), Ok(child)) => {
+                let mut client = TokioIo::new(client);
+                let mut child = TokioIo::new(child);
+                match limits::copy_bidirectional_idle(&mut client, &mut child, idle).await {
+                    Ok(CopyEnd::Idle) => info!(
+                        %cluster_id,
+                        target = %authority,
+                        ?idle,
+                        "closed an idle proxied upgrade (--proxy-idle-timeout)"
+                    ),
+                    Ok(CopyEnd::Finished(..)) => {}
+                    Err(e) => debug!(%cluster_id, error = %e, "proxied upgrade ended"),
+                }
+            }
+            (c, p) => debug!(
+                client_ok = c.is_ok(),
+                child_ok = p.is_ok(),
+                "proxied upgrade did not complete"
+            ),
+        }
+    });
+}
+
+/// A proxied request: dial the child, send it the [`outgoing`] request over HTTP/1.1, and
+/// relay the answer (an upgrade both ways; a body that ends when idle for
+/// `--proxy-idle-timeout`, a watch counted against its caller until its body is gone).
+async fn proxy(
+    hub: &Arc<Hub>,
+    user: &UserInfo,
+    mut req: Request<Incoming>,
+    cluster_id: &str,
+    proxy_path: &str,
+) -> Result<Response<HubBody>, ApiError> {
+    let cluster = find_cluster(hub, cluster_id)?;
+    let status = cluster.status.clone().unwrap_or_default();
+    let target = target(proxy_path, &status.apiserver_url)?;
+    let identity = child_identity(&user.extra)?;
+    let upgrade_requested = req.headers().contains_key(header::UPGRADE);
+    // a watch counts against its user until its response body is gone
+    let watch_guard = (!upgrade_requested
+        && limits::is_proxied_watch(&target.path, req.uri().query()))
+    .then(|| {
+        hub.watches
+            .acquire(&limits::watch_key(user, Some(&identity)), &user.name)
+    })
+    .transpose()?;
+    let idle = hub.rt.config.proxy_idle_timeout;
+    let stream = dial(hub, cluster_id, status.use_socket, &target, &identity).await?;
+    let client_upgrade = upgrade_requested.then(|| hyper::upgrade::on(&mut req));
+    let (parts, body) = req.into_parts();
+    let out = outgoing(hub, &parts, body, &target, &identity, upgrade_requested)?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| ApiError::unavailable(format!("HTTP to {}: {e}", target.authority)))?;
@@ -355,37 +407,12 @@ async fn proxy(
         .send_request(out)
         .await
         .map_err(|e| ApiError::unavailable(format!("proxying to {}: {e}", target.authority)))?;
-
     if resp.status() == StatusCode::SWITCHING_PROTOCOLS
         && let Some(client_upgrade) = client_upgrade
     {
         let child_upgrade = hyper::upgrade::on(&mut resp);
         let (cluster, authority) = (cluster_id.to_string(), target.authority.clone());
-        tokio::spawn(async move {
-            match (client_upgrade.await, child_upgrade.await) {
-                (Ok(client), Ok(child)) => {
-                    let mut client = TokioIo::new(client);
-                    let mut child = TokioIo::new(child);
-                    match limits::copy_bidirectional_idle(&mut client, &mut child, idle).await {
-                        Ok(CopyEnd::Idle) => info!(
-                            cluster_id = %cluster,
-                            target = %authority,
-                            ?idle,
-                            "closed an idle proxied upgrade (--proxy-idle-timeout)"
-                        ),
-                        Ok(CopyEnd::Finished(..)) => {}
-                        Err(e) => {
-                            debug!(cluster_id = %cluster, error = %e, "proxied upgrade ended")
-                        }
-                    }
-                }
-                (c, p) => debug!(
-                    client_ok = c.is_ok(),
-                    child_ok = p.is_ok(),
-                    "proxied upgrade did not complete"
-                ),
-            }
-        });
+        relay_upgrade(client_upgrade, child_upgrade, cluster, authority, idle);
         let (parts, _) = resp.into_parts();
         return Ok(Response::from_parts(parts, empty()));
     }

@@ -1,17 +1,16 @@
 //! The hub's HTTPS front: a tokio-rustls accept loop that verifies the front proxy's client
-//! certificate, authenticates every request, and routes it. Upgrades (the agents' tunnels and
-//! proxied exec/port-forward) and streamed shadow watches need the raw hyper request and
-//! response, so they are handled here before warp; discovery, OpenAPI and the shadow API's
-//! request/response verbs are warp routes.
+//! certificate, authenticates every request, and hands it to what the routing table
+//! ([`super::routes`]) names. Upgrades (the agents' tunnels and proxied exec/port-forward) and
+//! streamed shadow watches get the request as it came; every other request's body is read first,
+//! bounded by Kubernetes' own limit.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::Bytes;
-use http::{Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full, Limited};
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto::Builder;
@@ -19,15 +18,12 @@ use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio_rustls::rustls::ServerConfig;
 use tokio_util::sync::CancellationToken;
-use tower::Service;
 use tracing::debug;
-use warp::Filter;
-use warp::reply::Reply;
 
 use super::Hub;
-use super::authn::UserInfo;
 use super::body::{HubBody, boxed, full};
 use super::discovery;
+use super::routes::{Document, Endpoint, GROUPS, resolve};
 use super::status::ApiError;
 
 /// Kubernetes' own limit on request bodies (3 MiB).
@@ -41,20 +37,14 @@ pub struct ConnInfo {
     pub client_cn: Option<String>,
 }
 
-/// The authenticated caller, handed to warp routes through request extensions.
-#[derive(Clone, Debug)]
-pub struct Caller(pub UserInfo);
-
 pub fn serve(
     hub: Arc<Hub>,
     listener: TcpListener,
     tls: ServerConfig,
     shutdown: CancellationToken,
 ) -> std::io::Result<SocketAddr> {
-    let routes = routes(hub.clone());
     crate::runtime::serving::accept_tls(listener, tls, shutdown, move |tls, peer| {
         let hub = hub.clone();
-        let routes = routes.clone();
         async move {
             let client_cn = tls
                 .get_ref()
@@ -66,8 +56,7 @@ pub fn serve(
             let svc = hyper::service::service_fn(move |req| {
                 let hub = hub.clone();
                 let conn = conn.clone();
-                let routes = routes.clone();
-                async move { Ok::<_, Infallible>(handle(hub, conn, routes, req).await) }
+                async move { Ok::<_, Infallible>(handle(hub, conn, req).await) }
             });
             if let Err(e) = Builder::new(TokioExecutor::new())
                 .serve_connection_with_upgrades(TokioIo::new(tls), svc)
@@ -79,18 +68,11 @@ pub fn serve(
     })
 }
 
-type Routes = warp::filters::BoxedFilter<(warp::reply::Response,)>;
-
-async fn handle(
-    hub: Arc<Hub>,
-    conn: ConnInfo,
-    routes: Routes,
-    req: Request<Incoming>,
-) -> Response<HubBody> {
+async fn handle(hub: Arc<Hub>, conn: ConnInfo, req: Request<Incoming>) -> Response<HubBody> {
     let started = Instant::now();
     let method = req.method().clone();
     let path = req.uri().path().to_string();
-    let resp = route(&hub, &conn, routes, req).await;
+    let resp = route(&hub, &conn, req).await;
     let code = resp.status().as_u16();
     metrics::counter!("clusternet_hub_requests_total", "code" => code.to_string(), "method" => method.to_string())
         .increment(1);
@@ -100,33 +82,35 @@ async fn handle(
     resp
 }
 
-async fn route(
-    hub: &Arc<Hub>,
-    conn: &ConnInfo,
-    routes: Routes,
-    req: Request<Incoming>,
-) -> Response<HubBody> {
-    let path = req.uri().path();
-    if matches!(path, "/healthz" | "/livez" | "/readyz") {
+async fn route(hub: &Arc<Hub>, conn: &ConnInfo, req: Request<Incoming>) -> Response<HubBody> {
+    // the request line kept apart, so what it resolves to outlives the request's body
+    let (path, query) = (
+        req.uri().path().to_string(),
+        req.uri().query().map(str::to_string),
+    );
+    let endpoint = resolve(req.method(), &path, query.as_deref());
+    if endpoint == Endpoint::Health {
         return Response::new(full("ok"));
     }
     let user = match hub.authenticate(conn, req.headers()).await {
         Ok(u) => u,
         Err(e) => return e.into_response(),
     };
-    if let Some(rest) = path.strip_prefix(crate::tunnel::server::SOCKETS_PATH_PREFIX) {
-        let rest = rest.to_string();
-        return super::proxies::handle(hub, &user, req, &rest).await;
+    // streamed both ways: the handler gets the request as it came
+    match endpoint {
+        Endpoint::Sockets(rest) => {
+            let rest = rest.to_string();
+            return super::proxies::handle(hub, &user, req, &rest).await;
+        }
+        Endpoint::ShadowWatch(tail) => {
+            let tail = tail.to_string();
+            return super::shadow::watch(hub, &user, &tail, req).await;
+        }
+        _ => {}
     }
-    if let Some(tail) = path.strip_prefix("/apis/shadow/v1alpha1/")
-        && super::limits::is_watch(tail, req.uri().query())
-    {
-        let tail = tail.to_string();
-        return super::shadow::watch(hub, &user, &tail, req).await;
-    }
-    // bounded body before warp: a huge body is a 413, not memory
-    let (mut parts, body) = req.into_parts();
-    let bytes = match Limited::new(body, MAX_REQUEST_BODY).collect().await {
+    // bounded body: a huge body is a 413, not memory
+    let (parts, body) = req.into_parts();
+    let body = match Limited::new(body, MAX_REQUEST_BODY).collect().await {
         Ok(c) => c.to_bytes(),
         Err(e) => {
             if e.downcast_ref::<http_body_util::LengthLimitError>()
@@ -137,250 +121,94 @@ async fn route(
             return ApiError::bad_request(format!("reading the request body: {e}")).into_response();
         }
     };
-    parts.extensions.insert(Caller(user));
-    let req = Request::from_parts(parts, Full::new(bytes));
-    let mut svc = warp::service(routes);
-    match svc.call(req).await {
-        Ok(resp) => resp.map(boxed),
-        Err(never) => match never {},
+    let answer = match endpoint {
+        Endpoint::Shadow(tail) => {
+            let req = super::shadow::ShadowRequest {
+                method: parts.method,
+                tail: tail.to_string(),
+                query: query.unwrap_or_default(),
+                headers: parts.headers,
+                body,
+            };
+            super::shadow::handle(hub, &user, req).await
+        }
+        Endpoint::Placement(tail) => {
+            super::placement::handle(hub, &user, &parts.method, tail, &parts.headers, &body).await
+        }
+        Endpoint::Dashboard(page) => {
+            let query = form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+                .into_owned()
+                .collect();
+            let page = super::dashboard::handle(hub, &user, &parts.method, page, &query).await;
+            return page.map(boxed);
+        }
+        Endpoint::Document(doc) => document(hub, &doc).map(|v| (StatusCode::OK, v)),
+        Endpoint::DocumentMethod => Err(ApiError::method_not_supported(format!(
+            "{} is not supported on {path}: discovery documents are read with GET",
+            parts.method
+        ))),
+        // answered above
+        Endpoint::Health | Endpoint::Sockets(_) | Endpoint::ShadowWatch(_) | Endpoint::NotFound => {
+            Err(ApiError::not_found_path(&path))
+        }
+    };
+    match answer {
+        Ok((code, value)) => json(code, &value),
+        Err(e) => e.into_response(),
     }
 }
 
-fn reply(code: StatusCode, value: &Value) -> warp::reply::Response {
-    warp::reply::with_status(warp::reply::json(value), code).into_response()
-}
-
-fn reply_error(e: ApiError) -> warp::reply::Response {
-    let code = StatusCode::from_u16(e.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    reply(code, &e.to_json())
+fn json(code: StatusCode, value: &Value) -> Response<HubBody> {
+    let body = serde_json::to_vec(value).unwrap_or_default();
+    let mut resp = Response::new(full(body));
+    *resp.status_mut() = code;
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    resp
 }
 
 /// Discovery and OpenAPI documents describe the API, not data: every authenticated caller may
 /// read them (the parent grants the same to `system:authenticated` through `system:discovery`,
-/// and its aggregator fetches them with an identity that has no groups).
-/// (Every request reaching warp was authenticated before.)
-fn discovery_reply(
-    hub: &Hub,
-    doc: impl FnOnce(&Hub) -> Result<Value, ApiError>,
-) -> warp::reply::Response {
-    match doc(hub) {
-        Ok(v) => reply(StatusCode::OK, &v),
-        Err(e) => reply_error(e),
+/// and its aggregator fetches them with an identity that has no groups). The shadow group's
+/// are there only when the shadow API is.
+fn document(hub: &Hub, doc: &Document<'_>) -> Result<Value, ApiError> {
+    let shadow = hub.shadow.is_some();
+    let resources = |group: &str| match group {
+        discovery::SHADOW_GROUP => hub.shadow.as_ref().map(|s| s.discovery()),
+        crate::apis::proxies::GROUP => Some(Ok(discovery::proxies_resources())),
+        crate::apis::placement::GROUP => Some(Ok(discovery::placement_resources())),
+        crate::apis::dashboard::GROUP => Some(Ok(discovery::dashboard_resources())),
+        _ => None,
+    };
+    match doc {
+        Document::GroupList => Ok(discovery::api_group_list(shadow)),
+        Document::Group(g) if *g == discovery::SHADOW_GROUP && !shadow => {
+            Err(ApiError::not_found_path("/apis/shadow"))
+        }
+        Document::Group(g) => {
+            let version = GROUPS.iter().find(|(group, _)| group == g).map(|(_, v)| *v);
+            Ok(discovery::api_group(g, version.unwrap_or_default()))
+        }
+        Document::Resources(g) => {
+            resources(g).unwrap_or_else(|| Err(ApiError::not_found_path(&format!("/apis/{g}"))))
+        }
+        Document::OpenApiV2 => Ok(discovery::openapi_v2()),
+        Document::OpenApiV3 => Ok(discovery::openapi_v3_index(shadow)),
+        Document::OpenApiV3Group(group, version) => match (*group, *version) {
+            (crate::apis::proxies::GROUP, crate::apis::proxies::VERSION) => {
+                Ok(discovery::openapi_v3_proxies())
+            }
+            (discovery::SHADOW_GROUP, discovery::SHADOW_VERSION) if shadow => {
+                Ok(discovery::openapi_v3_shadow())
+            }
+            (crate::apis::placement::GROUP, crate::apis::placement::VERSION) => {
+                Ok(discovery::openapi_v3_placement())
+            }
+            _ => Err(ApiError::not_found_path(&format!(
+                "/openapi/v3/apis/{group}/{version}"
+            ))),
+        },
     }
-}
-
-fn routes(hub: Arc<Hub>) -> Routes {
-    let with_hub = {
-        let hub = hub.clone();
-        warp::any().map(move || hub.clone())
-    };
-    let get = || warp::get().or(warp::head()).unify();
-
-    let apis = warp::path!("apis")
-        .and(get())
-        .and(with_hub.clone())
-        .map(|hub: Arc<Hub>| {
-            discovery_reply(&hub, |h| Ok(discovery::api_group_list(h.shadow.is_some())))
-        });
-    let shadow_group = warp::path!("apis" / "shadow")
-        .and(get())
-        .and(with_hub.clone())
-        .map(|hub: Arc<Hub>| {
-            discovery_reply(&hub, |h: &Hub| match &h.shadow {
-                Some(_) => Ok(discovery::api_group(
-                    discovery::SHADOW_GROUP,
-                    discovery::SHADOW_VERSION,
-                )),
-                None => Err(ApiError::not_found_path("/apis/shadow")),
-            })
-        });
-    let shadow_version = warp::path!("apis" / "shadow" / "v1alpha1")
-        .and(get())
-        .and(with_hub.clone())
-        .map(|hub: Arc<Hub>| {
-            discovery_reply(&hub, |h: &Hub| match &h.shadow {
-                Some(s) => s.discovery(),
-                None => Err(ApiError::not_found_path("/apis/shadow/v1alpha1")),
-            })
-        });
-    let openapi_v2 = warp::path!("openapi" / "v2")
-        .and(get())
-        .and(with_hub.clone())
-        .map(|hub: Arc<Hub>| discovery_reply(&hub, |_| Ok(discovery::openapi_v2())));
-    let openapi_v3 = warp::path!("openapi" / "v3")
-        .and(get())
-        .and(with_hub.clone())
-        .map(|hub: Arc<Hub>| {
-            discovery_reply(&hub, |h: &Hub| {
-                Ok(discovery::openapi_v3_index(h.shadow.is_some()))
-            })
-        });
-    let openapi_v3_gv = warp::path!("openapi" / "v3" / "apis" / String / String)
-        .and(get())
-        .and(with_hub.clone())
-        .map(|group: String, version: String, hub: Arc<Hub>| {
-            discovery_reply(&hub, move |h: &Hub| {
-                match (group.as_str(), version.as_str()) {
-                    (crate::apis::proxies::GROUP, crate::apis::proxies::VERSION) => {
-                        Ok(discovery::openapi_v3_proxies())
-                    }
-                    (discovery::SHADOW_GROUP, discovery::SHADOW_VERSION) if h.shadow.is_some() => {
-                        Ok(discovery::openapi_v3_shadow())
-                    }
-                    (crate::apis::placement::GROUP, crate::apis::placement::VERSION) => {
-                        Ok(discovery::openapi_v3_placement())
-                    }
-                    _ => Err(ApiError::not_found_path(&format!(
-                        "/openapi/v3/apis/{group}/{version}"
-                    ))),
-                }
-            })
-        });
-    let shadow_api = warp::path("apis")
-        .and(warp::path("shadow"))
-        .and(warp::path("v1alpha1"))
-        .and(warp::path::tail())
-        .and(warp::method())
-        .and(warp::query::raw().or(warp::any().map(String::new)).unify())
-        .and(warp::header::headers_cloned())
-        .and(warp::body::bytes())
-        .and(with_hub.clone())
-        .and(warp::ext::get::<Caller>())
-        .and_then(
-            |tail: warp::path::Tail,
-             method: Method,
-             query: String,
-             headers: http::HeaderMap,
-             body: Bytes,
-             hub: Arc<Hub>,
-             caller: Caller| async move {
-                let req = super::shadow::ShadowRequest {
-                    method,
-                    tail: tail.as_str().to_string(),
-                    query,
-                    headers,
-                    body,
-                };
-                Ok::<_, Infallible>(match super::shadow::handle(&hub, &caller.0, req).await {
-                    Ok((code, v)) => reply(code, &v),
-                    Err(e) => reply_error(e),
-                })
-            },
-        );
-    // the discovery documents of a group the hub alone serves: `/apis/<group>` and
-    // `/apis/<group>/<version>`
-    let group_discovery = |group: &'static str, version: &'static str, resources: fn() -> Value| {
-        let group_doc = warp::path("apis")
-            .and(warp::path(group))
-            .and(warp::path::end())
-            .and(get())
-            .and(with_hub.clone())
-            .map(move |hub: Arc<Hub>| {
-                discovery_reply(&hub, |_| Ok(discovery::api_group(group, version)))
-            });
-        let version_doc = warp::path("apis")
-            .and(warp::path(group))
-            .and(warp::path(version))
-            .and(warp::path::end())
-            .and(get())
-            .and(with_hub.clone())
-            .map(move |hub: Arc<Hub>| discovery_reply(&hub, |_| Ok(resources())));
-        group_doc.or(version_doc).unify().boxed()
-    };
-    let proxies_discovery = group_discovery(
-        crate::apis::proxies::GROUP,
-        crate::apis::proxies::VERSION,
-        discovery::proxies_resources,
-    );
-    let placement_discovery = group_discovery(
-        crate::apis::placement::GROUP,
-        crate::apis::placement::VERSION,
-        discovery::placement_resources,
-    );
-    let dashboard_discovery = group_discovery(
-        crate::apis::dashboard::GROUP,
-        crate::apis::dashboard::VERSION,
-        discovery::dashboard_resources,
-    );
-    let dashboard = warp::path("apis")
-        .and(warp::path(crate::apis::dashboard::GROUP))
-        .and(warp::path(crate::apis::dashboard::VERSION))
-        .and(warp::path(crate::apis::dashboard::RESOURCE))
-        .and(warp::path::tail())
-        .and(warp::method())
-        // a query string that is not a form (`?%zz`) reads as none rather than a rejection
-        .and(
-            warp::query::<std::collections::HashMap<String, String>>()
-                .or(warp::any().map(std::collections::HashMap::new))
-                .unify(),
-        )
-        .and(with_hub.clone())
-        .and(warp::ext::get::<Caller>())
-        .then(
-            |tail: warp::path::Tail,
-             method: Method,
-             query: std::collections::HashMap<String, String>,
-             hub: Arc<Hub>,
-             caller: Caller| async move {
-                super::dashboard::handle(&hub, &caller.0, &method, tail.as_str(), &query).await
-            },
-        );
-    let placement_api = warp::path("apis")
-        .and(warp::path("placement.clusternet.io"))
-        .and(warp::path("v1alpha1"))
-        .and(warp::path::tail())
-        .and(warp::method())
-        .and(warp::header::headers_cloned())
-        .and(warp::body::bytes())
-        .and(with_hub.clone())
-        .and(warp::ext::get::<Caller>())
-        .and_then(
-            |tail: warp::path::Tail,
-             method: Method,
-             headers: http::HeaderMap,
-             body: Bytes,
-             hub: Arc<Hub>,
-             caller: Caller| async move {
-                let answer = super::placement::handle(
-                    &hub,
-                    &caller.0,
-                    &method,
-                    tail.as_str(),
-                    &headers,
-                    &body,
-                )
-                .await;
-                Ok::<_, Infallible>(match answer {
-                    Ok((code, v)) => reply(code, &v),
-                    Err(e) => reply_error(e),
-                })
-            },
-        );
-    let not_found = warp::path::full()
-        .map(|p: warp::path::FullPath| reply_error(ApiError::not_found_path(p.as_str())));
-    apis.or(proxies_discovery)
-        .unify()
-        .or(shadow_group)
-        .unify()
-        .or(shadow_version)
-        .unify()
-        .or(openapi_v2)
-        .unify()
-        .or(openapi_v3)
-        .unify()
-        .or(openapi_v3_gv)
-        .unify()
-        .or(shadow_api)
-        .unify()
-        .or(placement_discovery)
-        .unify()
-        .or(placement_api)
-        .unify()
-        .or(dashboard_discovery)
-        .unify()
-        .or(dashboard)
-        .unify()
-        .or(not_found)
-        .unify()
-        .boxed()
 }
