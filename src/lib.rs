@@ -7,9 +7,12 @@
 //! or the hub (Push), with status flowing back up. Every hop goes through the parent's API server,
 //! so roles behave the same in one process (`--role=hub,scheduler,controller`) or split apart.
 //!
-//! Where each stage lives: `apis` (types, CRDs, well-known names), `runtime` (shared cache, leader
-//! election, serving), `roles` (which subsystems a role starts), and, as they land,
-//! `clusters`, `scheduler`, `pipeline`, `deployer`, `hub`, `tunnel`, `agent`.
+//! Where each stage lives, bottom layer first (tests/architecture.rs keeps every import pointing
+//! down): `kube_ext` (what kube-rs lacks), `apis` (types, CRDs, well-known names), `config`,
+//! `runtime` (the controller kit, shared cache, leader election, serving), `helm` and `tunnel`,
+//! `clusters` (registration, health), `deployer` (applying Descriptions, Pull and Push),
+//! `pipeline` (Subscription -> Base -> Description), `mcs` (multi-cluster services), `scheduler`,
+//! `agent`, `hub` (the aggregated API server), and `roles` (which subsystems a role starts).
 // No unsafe code, with one audited exception: `runtime::memory`'s two calls into glibc's
 // allocator (mallinfo2, malloc_trim), which have no safe binding.
 #![deny(unsafe_code)]
@@ -20,11 +23,15 @@ pub mod cli;
 pub mod clusters;
 pub mod config;
 pub mod deployer;
+/// The fuzz targets' entry points: built for the unit tests (their bounded properties) and for
+/// the fuzz crate (feature `fuzzing`), never into the product.
+#[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod helm;
 pub mod hub;
 pub mod kube_ext;
+pub mod mcs;
 pub mod pipeline;
 pub mod plugin;
 pub mod roles;

@@ -8,7 +8,6 @@ pub mod credentials;
 pub mod deployer;
 pub mod predictor;
 pub mod registration;
-pub mod serviceexport;
 pub mod status;
 
 use std::time::Duration;
@@ -73,7 +72,15 @@ pub async fn lead(rt: &Runtime, lease_uid: &str, stop: CancellationToken) {
         };
         let exports = {
             let (rt, reg, round) = (rt.clone(), reg.clone(), round.clone());
-            tokio::spawn(async move { serviceexport::run(&rt, &reg, round).await })
+            tokio::spawn(async move {
+                crate::mcs::serviceexport::run(
+                    &rt,
+                    reg.parent.clone(),
+                    reg.namespace.clone(),
+                    round,
+                )
+                .await
+            })
         };
         // the reverse tunnel lets the parent reach this cluster behind NAT (hub.md §2.4)
         let tunnel = rt

@@ -121,7 +121,12 @@ pub fn is_provisioned(cluster: &DynamicObject) -> bool {
 fn yaml_stream(objects: &[Value]) -> String {
     objects
         .iter()
-        .map(|o| format!("---\n{}", serde_yaml::to_string(o).unwrap_or_default()))
+        .map(|o| {
+            format!(
+                "---\n{}",
+                crate::kube_ext::yaml::to_string(o).unwrap_or_default()
+            )
+        })
         .collect()
 }
 
@@ -460,9 +465,7 @@ mod tests {
         let stream = deploy["data"][DEPLOY_CONFIGMAP]
             .as_str()
             .expect("a YAML stream");
-        let objects: Vec<Value> = serde_yaml::Deserializer::from_str(stream)
-            .map(|d| serde::Deserialize::deserialize(d).expect("YAML"))
-            .collect();
+        let objects: Vec<Value> = crate::kube_ext::yaml::from_str_documents(stream).expect("YAML");
         let kinds: Vec<String> = objects
             .iter()
             .map(|o| {

@@ -107,8 +107,8 @@ pub async fn release_finalizer(
 /// What to do with a Description before anything is applied.
 #[derive(Debug, PartialEq)]
 pub enum Start {
-    /// Not ours to deploy (Helm is handled by the Helm deployer, which this build does not have
-    /// yet), or being deleted after our finalizer is gone: wait for a change.
+    /// Not ours to deploy (a Helm Description is the Helm deployer's, [`super::helm`]), or being
+    /// deleted after our finalizer is gone: wait for a change.
     Nothing,
     /// Being deleted: remove its objects from the child, then release the finalizer.
     Offload,

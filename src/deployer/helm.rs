@@ -26,8 +26,8 @@ use tracing::info;
 
 use crate::apis::known;
 use crate::apis::{
-    Description, DescriptionPhase, DescriptionStatus, Feed, HelmRelease, HelmReleaseStatus,
-    HelmReleaseStatusPhase, ManifestStatus,
+    Description, DescriptionPhase, DescriptionStatus, Feed, HelmOptions, HelmRelease,
+    HelmReleaseStatus, HelmReleaseStatusPhase, ManifestStatus,
 };
 use crate::helm::cli::{self, At, Chart, Helm, HelmError, Install, Release};
 use crate::helm::repo::{self, Credentials};
@@ -484,15 +484,7 @@ impl HelmDeployer {
         };
         let credentials = self.credentials(&hr).await?;
         let latest = self.helm.latest(at).await.map_err(Self::helm_error(&hr))?;
-        // an empty version means the repository's latest: asked only when there is a release
-        // to compare with, and an answer that cannot be had compares nothing
-        let version = if !o.version.is_empty() {
-            Some(o.version.clone())
-        } else if latest.is_some() {
-            repo::locate(o, credentials.as_ref()).await.ok()
-        } else {
-            None
-        };
+        let version = wanted_version(o, latest.is_some(), credentials.as_ref()).await;
         let step = plan_step(
             &hr,
             latest.as_ref(),
@@ -519,20 +511,36 @@ impl HelmDeployer {
             values: &values,
             timeout,
         };
-        if let Err(e) = self.carry_out(&step, &run).await? {
+        self.carry_out_and_report(step, &run, latest).await
+    }
+
+    /// Carries out `step` and reports the release as it then is (a failure as the release's
+    /// failure).
+    async fn carry_out_and_report(
+        &self,
+        step: Step,
+        run: &Run<'_>,
+        latest: Option<Release>,
+    ) -> Result<Action, HelmDeployError> {
+        let hr = run.hr;
+        if let Err(e) = self.carry_out(&step, run).await? {
             return self
-                .fail(&hr, &current, failure_reason(&e), &e.to_string())
+                .fail(hr, run.current, failure_reason(&e), &e.to_string())
                 .await;
         }
         if step != Step::UpToDate {
-            info!(helmrelease = %key(&hr), release = %name, namespace = %target_ns, step = ?step, "release reconciled");
+            info!(helmrelease = %key(hr), release = %run.at.name, namespace = %run.at.namespace, step = ?step, "release reconciled");
         }
         // an up-to-date release is the one just read: no second look
         let now = match (&step, latest) {
             (Step::UpToDate, Some(r)) => Some(r),
-            _ => self.helm.latest(at).await.map_err(Self::helm_error(&hr))?,
+            _ => self
+                .helm
+                .latest(run.at)
+                .await
+                .map_err(Self::helm_error(hr))?,
         };
-        self.report_release(&hr, &current, now).await
+        self.report_release(hr, run.current, now).await
     }
 
     async fn add_finalizer(
@@ -803,6 +811,23 @@ impl HelmDeployer {
             .map_err(|e| HelmError::Helm(format!("replacing CRD {name}: {e}")))?;
         }
         Ok(())
+    }
+}
+
+/// The chart version a release is compared with: the one asked for, or (an empty version) the
+/// repository's latest, asked only when there is a release to compare with; an answer that
+/// cannot be had compares nothing.
+async fn wanted_version(
+    o: &HelmOptions,
+    released: bool,
+    credentials: Option<&Credentials>,
+) -> Option<String> {
+    if !o.version.is_empty() {
+        Some(o.version.clone())
+    } else if released {
+        repo::locate(o, credentials).await.ok()
+    } else {
+        None
     }
 }
 

@@ -146,7 +146,7 @@ pub fn find_in_index(
     chart: &str,
     version: &str,
 ) -> Result<String, String> {
-    let index: Index = serde_yaml::from_slice(index).map_err(|e| {
+    let index: Index = crate::kube_ext::yaml::from_slice(index).map_err(|e| {
         format!("looks like \"{repo}\" is not a valid chart repository or cannot be reached: {e}")
     })?;
     let not_found = || {

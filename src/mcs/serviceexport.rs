@@ -26,7 +26,6 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
-use super::registration::Registration;
 use crate::apis::known;
 use crate::apis::{ServiceExport, ServiceExportStatus};
 use crate::runtime::Runtime;
@@ -98,7 +97,7 @@ pub fn exported_slice(export: &ServiceExport, slice: &EndpointSlice, parent_ns: 
         );
     }
     let copy = format!("{ns}-{}", slice.name_any());
-    crate::pipeline::serviceimport::copied_slice(slice, &copy, parent_ns, &labels)
+    super::serviceimport::copied_slice(slice, &copy, parent_ns, &labels)
 }
 
 /// Whether `current` already is what `body` asks for: the same addressing and our labels.
@@ -112,7 +111,7 @@ fn same_slice(current: &EndpointSlice, body: &Value) -> bool {
         .is_none_or(|_| {
             body["metadata"]["labels"][known::CONFIG_SUBSCRIPTION_NAMESPACE_LABEL].is_string()
         });
-    labels_ok && crate::pipeline::serviceimport::same_addressing(current, body)
+    labels_ok && super::serviceimport::same_addressing(current, body)
 }
 
 /// The export's `Valid` condition: why it will not be imported, or what it exports.
@@ -204,7 +203,7 @@ pub fn plan_export(
 }
 
 /// The export's `Conflict` condition, from what the parent's ServiceImport controller wrote on
-/// the copies (annotation [`crate::pipeline::serviceimport::CONFLICT_ANNOTATION`]).
+/// the copies (annotation [`super::serviceimport::CONFLICT_ANNOTATION`]).
 pub fn conflict_condition(
     export: &ServiceExport,
     exported: &[EndpointSlice],
@@ -214,7 +213,7 @@ pub fn conflict_condition(
         .iter()
         .filter_map(|e| {
             e.annotations()
-                .get(crate::pipeline::serviceimport::CONFLICT_ANNOTATION)
+                .get(super::serviceimport::CONFLICT_ANNOTATION)
                 .map(String::as_str)
         })
         .collect();
@@ -284,20 +283,21 @@ struct Ctx {
 }
 
 /// Exports until `stop` (one registration round: the parent client is that round's).
-pub async fn run(rt: &Runtime, reg: &Registration, stop: CancellationToken) {
+/// Exports into `namespace` (the cluster's dedicated namespace) of the parent `parent`.
+pub async fn run(rt: &Runtime, parent: kube::Client, namespace: String, stop: CancellationToken) {
     if !rt.config.gate(known::MULTI_CLUSTER_SERVICE) {
         return;
     }
     let exports = rt.cache.watch::<ServiceExport>();
     let services = rt.cache.watch::<Service>();
     let slices = rt.cache.watch::<EndpointSlice>();
-    info!(namespace = %reg.namespace, "exporting the EndpointSlices of ServiceExports to the parent");
+    info!(namespace = %namespace, "exporting the EndpointSlices of ServiceExports to the parent");
     let ctx = Arc::new(Ctx {
         exports: Api::all(rt.client.clone()),
         services: services.store.clone(),
         slices: slices.store.clone(),
-        parent: Api::namespaced(reg.parent.clone(), &reg.namespace),
-        parent_ns: reg.namespace.clone(),
+        parent: Api::namespaced(parent.clone(), &namespace),
+        parent_ns: namespace.clone(),
     });
     // a slice or a Service names its export: same namespace, the Service's name
     let by_slice = named_by(slices.subscribe(), |s: &EndpointSlice| {
@@ -308,7 +308,7 @@ pub async fn run(rt: &Runtime, reg: &Registration, stop: CancellationToken) {
         Some((s.namespace()?, s.name_any()))
     });
     // the parent's ServiceImport controller marks conflicts on the copies
-    let copies: Api<EndpointSlice> = Api::namespaced(reg.parent.clone(), &reg.namespace);
+    let copies: Api<EndpointSlice> = Api::namespaced(parent.clone(), &namespace);
     let by_copy = kube::runtime::watcher(
         copies,
         kube::runtime::watcher::Config::default().labels(&format!(
@@ -627,7 +627,7 @@ mod tests {
             ("False", "NoConflict")
         );
         copy.metadata.annotations = Some(BTreeMap::from([(
-            crate::pipeline::serviceimport::CONFLICT_ANNOTATION.to_string(),
+            crate::mcs::serviceimport::CONFLICT_ANNOTATION.to_string(),
             "ServiceImport default/my-svc wants port 80/TCP named \"web\"".to_string(),
         )]));
         let c = conflict_condition(&e, &[copy], now);

@@ -23,7 +23,6 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
-use super::index::{self, exported_service_key};
 use crate::apis::known;
 use crate::apis::naming::{self, MANIFEST_API_VERSION};
 use crate::apis::{
@@ -31,6 +30,7 @@ use crate::apis::{
 };
 use crate::runtime::Runtime;
 use crate::runtime::apply;
+use crate::runtime::cache::{Index, Shared};
 use crate::runtime::controller::{Action, ApiFailure, Controller, ReconcileError, through_index};
 use crate::runtime::events::Events;
 
@@ -256,7 +256,7 @@ pub struct Published<'a> {
 /// slice) as a feed, named and labelled as the shadow API would (hub.md §3.2).
 pub fn manifest_for(object: &Value, plural: &str, reserved_ns: &str) -> Value {
     let (group, version) =
-        super::feeds::group_version(object["apiVersion"].as_str().unwrap_or_default());
+        crate::pipeline::feeds::group_version(object["apiVersion"].as_str().unwrap_or_default());
     let name = object["metadata"]["name"].as_str().unwrap_or_default();
     let ns = object["metadata"]["namespace"].as_str().unwrap_or_default();
     let labels: BTreeMap<String, String> =
@@ -300,8 +300,64 @@ pub fn plan_import(
     let (name, ns) = exported_service(si)?;
     let si_ns = si.namespace().unwrap_or_default();
     let mut plan = ImportPlan::default();
-
     let service = derived_service(si, &name, &ns);
+    plan_service(si, derived, &service, &mut plan);
+
+    let mut sources: Vec<&Arc<EndpointSlice>> = slices
+        .iter()
+        .filter(|s| is_source(s, &name, &ns, &si_ns))
+        .filter(|s| cluster_of(&s.namespace().unwrap_or_default()).is_some())
+        .collect();
+    sources.sort_by_key(|s| (s.namespace(), s.name_any()));
+    let copies: Vec<&EndpointSlice> = slices
+        .iter()
+        .filter(|s| is_copy(s, &name, &ns, &si_ns))
+        .map(|c| c.as_ref())
+        .collect();
+    let wanted: Vec<Value> = sources.iter().map(|s| imported_slice(s, &si_ns)).collect();
+    let mut manifests = vec![manifest_for(&service, "services", published.reserved_ns)];
+    manifests.extend(
+        wanted
+            .iter()
+            .map(|w| manifest_for(w, "endpointslices", published.reserved_ns)),
+    );
+    (plan.upserts, plan.deletes) = apply::changes_by_name(wanted, &copies, same_copy);
+    let exported = (name.as_str(), ns.as_str(), si_ns.as_str());
+    (plan.manifests, plan.manifest_deletes) = plan_manifests(manifests, published, exported);
+
+    let mut clusters: Vec<String> = sources
+        .iter()
+        .filter_map(|s| cluster_of(&s.namespace().unwrap_or_default()))
+        .collect();
+    clusters.sort();
+    clusters.dedup();
+    let status = ServiceImportStatus {
+        clusters: clusters
+            .iter()
+            .map(|c| crate::apis::mcs::ClusterStatus { cluster: c.clone() })
+            .collect(),
+    };
+    if si
+        .status
+        .as_ref()
+        .unwrap_or(&ServiceImportStatus::default())
+        != &status
+    {
+        plan.status = Some(status);
+    }
+    plan_conflicts(si, &sources, cluster_of, &mut plan);
+    Ok(plan)
+}
+
+/// The derived Service and its status: applied when missing or its shape differs, recreated
+/// when it changes between headless and not (its clusterIP is immutable); a ClusterSetIP
+/// import's IPs as load-balancer ingress.
+fn plan_service(
+    si: &ServiceImport,
+    derived: Option<&Service>,
+    service: &Value,
+    plan: &mut ImportPlan,
+) {
     let wanted_shape = json!({
         "ports": service["spec"]["ports"],
         "headless": si.spec.type_ == ServiceImportType::Headless,
@@ -337,36 +393,24 @@ pub fn plan_import(
             plan.service_status = Some(json!({"loadBalancer": {"ingress": ingress}}));
         }
     }
+}
 
-    let mut sources: Vec<&Arc<EndpointSlice>> = slices
-        .iter()
-        .filter(|s| is_source(s, &name, &ns, &si_ns))
-        .filter(|s| cluster_of(&s.namespace().unwrap_or_default()).is_some())
-        .collect();
-    sources.sort_by_key(|s| (s.namespace(), s.name_any()));
-    let copies: Vec<&Arc<EndpointSlice>> = slices
-        .iter()
-        .filter(|s| is_copy(s, &name, &ns, &si_ns))
-        .collect();
-    let wanted: Vec<Value> = sources.iter().map(|s| imported_slice(s, &si_ns)).collect();
-    let wanted_copies = wanted.clone();
-    let existing: Vec<&EndpointSlice> = copies.iter().map(|c| c.as_ref()).collect();
-    (plan.upserts, plan.deletes) = apply::changes_by_name(wanted, &existing, same_copy);
-
-    let mut manifests = vec![manifest_for(&service, "services", published.reserved_ns)];
-    manifests.extend(
-        wanted_copies
-            .iter()
-            .map(|w| manifest_for(w, "endpointslices", published.reserved_ns)),
-    );
+/// The Manifests that publish the derived Service and the imported slices (`wanted`), against
+/// those already `published` for the exported service `(name, namespace, import namespace)`:
+/// the apply bodies of what is missing or differs, and the stale ones to delete.
+fn plan_manifests(
+    wanted: Vec<Value>,
+    published: &Published<'_>,
+    (name, ns, si_ns): (&str, &str, &str),
+) -> (Vec<Value>, Vec<String>) {
     let mine: Vec<&Manifest> = published
         .manifests
         .iter()
         .filter(|m| m.namespace().as_deref() == Some(published.reserved_ns))
-        .filter(|m| is_published_by(m, &name, &ns, &si_ns))
+        .filter(|m| is_published_by(m, name, ns, si_ns))
         .map(|m| m.as_ref())
         .collect();
-    let (changed, stale) = apply::changes_by_name(manifests, &mine, |m, w| {
+    let (changed, stale) = apply::changes_by_name(wanted, &mine, |m, w| {
         m.spec.template == w["template"] && json!(m.labels()) == w["metadata"]["labels"]
     });
     let stale: Vec<&&Manifest> = mine
@@ -393,36 +437,24 @@ pub fn plan_import(
                 "template": template,
             })
         });
-    plan.manifest_deletes = stale
+    let deletes = stale
         .iter()
         .filter(|m| m.metadata.deletion_timestamp.is_none())
         .map(|m| m.name_any())
         .collect();
-    plan.manifests = changed.into_iter().chain(emptied).collect();
+    (changed.into_iter().chain(emptied).collect(), deletes)
+}
 
-    let mut clusters: Vec<String> = sources
-        .iter()
-        .filter_map(|s| cluster_of(&s.namespace().unwrap_or_default()))
-        .collect();
-    clusters.sort();
-    clusters.dedup();
-    let status = ServiceImportStatus {
-        clusters: clusters
-            .iter()
-            .map(|c| crate::apis::mcs::ClusterStatus { cluster: c.clone() })
-            .collect(),
-    };
-    if si
-        .status
-        .as_ref()
-        .unwrap_or(&ServiceImportStatus::default())
-        != &status
-    {
-        plan.status = Some(status);
-    }
-
-    // a port of the import that no exported slice of a cluster serves reaches nothing there;
-    // the exporting clusters hear of it through their slices (mcs-api's Conflict)
+/// A port of the import that no exported slice of a cluster serves reaches nothing there: a
+/// Warning for the user, and the exporting clusters hear of it through their slices (mcs-api's
+/// Conflict).
+fn plan_conflicts(
+    si: &ServiceImport,
+    sources: &[&Arc<EndpointSlice>],
+    cluster_of: &dyn Fn(&str) -> Option<String>,
+    plan: &mut ImportPlan,
+) {
+    let si_ns = si.namespace().unwrap_or_default();
     let mut conflict_of: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
     for p in &si.spec.ports {
         let protocol = if p.protocol.is_empty() {
@@ -448,17 +480,7 @@ pub fn plan_import(
                     si.name_any(),
                     p.port,
                     p.name,
-                    s.ports
-                        .iter()
-                        .flatten()
-                        .map(|sp| format!(
-                            "{:?} {}/{}",
-                            sp.name.as_deref().unwrap_or_default(),
-                            sp.port.unwrap_or_default(),
-                            sp.protocol.as_deref().unwrap_or("TCP")
-                        ))
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    served_ports(s)
                 ));
         }
         let mut missing: Vec<String> = lacking
@@ -479,14 +501,30 @@ pub fn plan_import(
             ));
         }
     }
-    for s in &sources {
+    for s in sources {
         let at = (s.namespace().unwrap_or_default(), s.name_any());
         let wanted = conflict_of.get(&at).map(|m| m.join("; "));
         if s.annotations().get(CONFLICT_ANNOTATION) != wanted.as_ref() {
             plan.conflicts.push((at.0, at.1, wanted));
         }
     }
-    Ok(plan)
+}
+
+/// The ports an exported slice serves, for a message: `"name" port/protocol, ...`.
+fn served_ports(s: &EndpointSlice) -> String {
+    s.ports
+        .iter()
+        .flatten()
+        .map(|sp| {
+            format!(
+                "{:?} {}/{}",
+                sp.name.as_deref().unwrap_or_default(),
+                sp.port.unwrap_or_default(),
+                sp.protocol.as_deref().unwrap_or("TCP")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Annotation on an exported slice (in the cluster's dedicated namespace) saying how it conflicts
@@ -545,7 +583,7 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     });
     // an exported or imported slice, a derived Service or a published Manifest names the imports
     // of its Service
-    let by_service = index::imports_by_service(&imports);
+    let by_service = imports_by_service(&imports);
     let service_of =
         |l: &BTreeMap<String, String>| exported_service_key(l).into_iter().collect::<Vec<_>>();
     let same = |si: &ServiceImport, l: &BTreeMap<String, String>| {
@@ -641,30 +679,7 @@ async fn reconcile(ctx: &Ctx, si: Arc<ServiceImport>) -> Result<Action, ImportEr
     let err = |what: &'static str| api_err(&si, what);
     let imports: Api<ServiceImport> = Api::namespaced(ctx.client.clone(), &si_ns);
     let exported = exported_service(&si);
-    // the labels named another Service before (or name none now): what was derived for that one
-    // goes, then the annotation follows the labels
-    if let Some((name, ns)) = previous_import(&si, exported.as_ref().ok()) {
-        withdraw(ctx, &si, &name, &ns).await?;
-        info!(serviceimport = %key(&si), previous = %format!("{ns}/{name}"), "withdrew what was imported for the Service the labels named before");
-    }
-    let recorded = exported
-        .as_ref()
-        .ok()
-        .map(|(name, ns)| format!("{ns}/{name}"));
-    if si.metadata.deletion_timestamp.is_none()
-        && si.annotations().get(known::IMPORTED_SERVICE_ANNOTATION) != recorded.as_ref()
-    {
-        let patch =
-            json!({"metadata": {"annotations": {known::IMPORTED_SERVICE_ANNOTATION: recorded}}});
-        imports
-            .patch(
-                &si.name_any(),
-                &kube::api::PatchParams::default(),
-                &kube::api::Patch::Merge(&patch),
-            )
-            .await
-            .map_err(err("recording the imported Service"))?;
-    }
+    follow_labels(ctx, &si, &imports, exported.as_ref().ok()).await?;
     if si.metadata.deletion_timestamp.is_some() {
         if let Ok((name, ns)) = &exported {
             withdraw(ctx, &si, name, ns).await?;
@@ -724,6 +739,36 @@ async fn reconcile(ctx: &Ctx, si: Arc<ServiceImport>) -> Result<Action, ImportEr
         ctx.events.warn(si.as_ref(), reason, message);
     }
     Ok(Action::requeue(RESYNC))
+}
+
+/// When the labels named another Service before (or name none now), what was derived for that
+/// one goes; then the annotation follows the labels.
+async fn follow_labels(
+    ctx: &Ctx,
+    si: &ServiceImport,
+    imports: &Api<ServiceImport>,
+    exported: Option<&(String, String)>,
+) -> Result<(), ImportError> {
+    if let Some((name, ns)) = previous_import(si, exported) {
+        withdraw(ctx, si, &name, &ns).await?;
+        info!(serviceimport = %key(si), previous = %format!("{ns}/{name}"), "withdrew what was imported for the Service the labels named before");
+    }
+    let recorded = exported.map(|(name, ns)| format!("{ns}/{name}"));
+    if si.metadata.deletion_timestamp.is_none()
+        && si.annotations().get(known::IMPORTED_SERVICE_ANNOTATION) != recorded.as_ref()
+    {
+        let patch =
+            json!({"metadata": {"annotations": {known::IMPORTED_SERVICE_ANNOTATION: recorded}}});
+        imports
+            .patch(
+                &si.name_any(),
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&patch),
+            )
+            .await
+            .map_err(api_err(si, "recording the imported Service"))?;
+    }
+    Ok(())
 }
 
 /// A deleted ServiceImport takes back what it made: the imported EndpointSlices, the derived
@@ -853,6 +898,23 @@ async fn apply_slices(ctx: &Ctx, si: &ServiceImport, plan: &ImportPlan) -> Resul
         }
     }
     Ok(())
+}
+
+/// The key of an exported Service in the MCS labels of an object (`<namespace>/<name>` from
+/// `services.clusternet.io/multi-cluster-service-{namespace,name}`), if it carries both.
+fn exported_service_key(labels: &std::collections::BTreeMap<String, String>) -> Option<String> {
+    Some(format!(
+        "{}/{}",
+        labels.get(known::LABEL_SERVICE_NAMESPACE)?,
+        labels.get(known::LABEL_SERVICE_NAME)?
+    ))
+}
+
+/// ServiceImports by the exported Service their labels name ([`exported_service_key`]).
+fn imports_by_service(s: &Shared<ServiceImport>) -> Index<ServiceImport> {
+    s.index("exported-service", |si| {
+        exported_service_key(si.labels()).into_iter().collect()
+    })
 }
 
 #[cfg(test)]

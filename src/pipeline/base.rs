@@ -31,7 +31,7 @@ use tracing::{debug, info, warn};
 use super::{feeds, index, overrides};
 use crate::apis::known;
 use crate::apis::{
-    Base, ChartReference, Description, DescriptionDeployer, DescriptionSpec, FeedInventory,
+    Base, ChartReference, Description, DescriptionDeployer, DescriptionSpec, Feed, FeedInventory,
     Globalization, HelmChart, Localization, ManagedCluster, Manifest, OverridePolicy,
     SchedulingStrategy, Subscription,
 };
@@ -92,49 +92,6 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     let subs = rt.cache.watch::<Subscription>();
     let inventories = rt.cache.watch::<FeedInventory>();
     let charts = rt.cache.watch::<HelmChart>();
-    let by_feed = index::bases_by_feed(&bases);
-    let feed_of = |f: &crate::apis::Feed| vec![index::feed_key(&f.kind, &f.name)];
-    // only ApplyNow overrides re-render at once; ApplyLater ones wait for the next render (§5.1)
-    let apply_now =
-        |p: &Option<OverridePolicy>| futures::future::ready(*p == Some(OverridePolicy::ApplyNow));
-    // a changed Manifest or override re-renders the Bases that list its feed (looked up by feed,
-    // then checked in full); a HelmChart found or lost (its status) the Bases that list it (§6)
-    let from_manifests = through_index(
-        manifests.subscribe(),
-        by_feed.clone(),
-        index::manifest_feed_keys,
-        |b: &Base, m: &Manifest| b.spec.feeds.iter().any(|f| feeds::matches(f, m.labels())),
-    );
-    let from_locs = through_index(
-        locs.subscribe()
-            .filter(move |l| apply_now(&l.spec.override_policy)),
-        by_feed.clone(),
-        move |l: &Localization| feed_of(&l.spec.feed),
-        |b: &Base, l: &Localization| {
-            b.namespace() == l.namespace()
-                && b.spec.feeds.iter().any(|f| same_feed(f, &l.spec.feed))
-        },
-    );
-    let from_globs = through_index(
-        globs
-            .subscribe()
-            .filter(move |g| apply_now(&g.spec.override_policy)),
-        by_feed.clone(),
-        move |g: &Globalization| feed_of(&g.spec.feed),
-        |b: &Base, g: &Globalization| b.spec.feeds.iter().any(|f| same_feed(f, &g.spec.feed)),
-    );
-    let from_charts = through_index(
-        charts.subscribe(),
-        by_feed,
-        |c: &HelmChart| vec![index::feed_key("HelmChart", &c.name_any())],
-        |b: &Base, c: &HelmChart| {
-            b.spec.feeds.iter().any(|f| {
-                f.kind == "HelmChart"
-                    && Some(&f.namespace) == c.namespace().as_ref()
-                    && f.name == c.name_any()
-            })
-        },
-    );
     let ctx = Arc::new(Ctx {
         events: Events::new(
             rt.events_client.clone(),
@@ -163,10 +120,9 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
             subs.listed(),
             inventories.listed(),
         ])
-        .triggered_by(from_manifests)
-        .triggered_by(from_locs)
-        .triggered_by(from_globs)
-        .triggered_by(from_charts)
+        .triggered_by(on_manifests(&bases, &manifests))
+        .triggered_by(on_overrides(&bases, &locs, &globs))
+        .triggered_by(on_charts(&bases, &charts))
         .run(stop, move |base| {
             let ctx = ctx.clone();
             async move { reconcile(&ctx, base).await }
@@ -174,7 +130,72 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         .await;
 }
 
-fn same_feed(a: &crate::apis::Feed, b: &crate::apis::Feed) -> bool {
+/// A changed Manifest re-renders the Bases that list its feed (looked up by feed, then checked
+/// in full).
+fn on_manifests(
+    bases: &Shared<Base>,
+    manifests: &Shared<Manifest>,
+) -> impl futures::Stream<Item = ObjectRef<Base>> + Send + 'static {
+    through_index(
+        manifests.subscribe(),
+        index::bases_by_feed(bases),
+        index::manifest_feed_keys,
+        |b: &Base, m: &Manifest| b.spec.feeds.iter().any(|f| feeds::matches(f, m.labels())),
+    )
+}
+
+/// A changed override re-renders the Bases that list its feed: only ApplyNow overrides at once,
+/// ApplyLater ones wait for the next render (§5.1).
+fn on_overrides(
+    bases: &Shared<Base>,
+    locs: &Shared<Localization>,
+    globs: &Shared<Globalization>,
+) -> impl futures::Stream<Item = ObjectRef<Base>> + Send + 'static {
+    let by_feed = index::bases_by_feed(bases);
+    let feed_of = |f: &Feed| vec![index::feed_key(&f.kind, &f.name)];
+    let apply_now =
+        |p: &Option<OverridePolicy>| futures::future::ready(*p == Some(OverridePolicy::ApplyNow));
+    let from_locs = through_index(
+        locs.subscribe()
+            .filter(move |l| apply_now(&l.spec.override_policy)),
+        by_feed.clone(),
+        move |l: &Localization| feed_of(&l.spec.feed),
+        |b: &Base, l: &Localization| {
+            b.namespace() == l.namespace()
+                && b.spec.feeds.iter().any(|f| same_feed(f, &l.spec.feed))
+        },
+    );
+    let from_globs = through_index(
+        globs
+            .subscribe()
+            .filter(move |g| apply_now(&g.spec.override_policy)),
+        by_feed,
+        move |g: &Globalization| feed_of(&g.spec.feed),
+        |b: &Base, g: &Globalization| b.spec.feeds.iter().any(|f| same_feed(f, &g.spec.feed)),
+    );
+    futures::stream::select(from_locs, from_globs)
+}
+
+/// A HelmChart found or lost (its status) re-renders the Bases that list it (§6).
+fn on_charts(
+    bases: &Shared<Base>,
+    charts: &Shared<HelmChart>,
+) -> impl futures::Stream<Item = ObjectRef<Base>> + Send + 'static {
+    through_index(
+        charts.subscribe(),
+        index::bases_by_feed(bases),
+        |c: &HelmChart| vec![index::feed_key("HelmChart", &c.name_any())],
+        |b: &Base, c: &HelmChart| {
+            b.spec.feeds.iter().any(|f| {
+                f.kind == "HelmChart"
+                    && Some(&f.namespace) == c.namespace().as_ref()
+                    && f.name == c.name_any()
+            })
+        },
+    )
+}
+
+fn same_feed(a: &Feed, b: &Feed) -> bool {
     a.kind == b.kind
         && a.api_version == b.api_version
         && a.name == b.name
@@ -271,6 +292,17 @@ pub struct Scope<'a> {
     pub cluster_labels: &'a [BTreeMap<String, String>],
 }
 
+impl Problem {
+    /// A problem that keeps the whole Base from being rendered.
+    fn blocking(reason: String, message: String) -> Self {
+        Problem {
+            reason,
+            message,
+            blocking: true,
+        }
+    }
+}
+
 impl Rendered {
     /// Whether a feed keeps the whole Base from being rendered (see the module docs).
     pub fn blocked(&self) -> bool {
@@ -293,7 +325,6 @@ pub fn chart_verified(chart: &HelmChart) -> bool {
 /// fails to render keeps its object from `previous` (the Description's current raw objects), so
 /// nothing is pruned by mistake; a missing feed, or a Helm chart not found or not verified yet,
 /// is a blocking problem (the caller then leaves the Descriptions as they are).
-#[allow(clippy::too_many_arguments)]
 pub fn render_feeds(
     base: &Base,
     reserved_ns: &str,
@@ -304,82 +335,11 @@ pub fn render_feeds(
 ) -> Rendered {
     let key = key(base);
     let mut out = Rendered::default();
-    let mut problem = |reason: String, message: String, blocking: bool| {
-        out.problems.push(Problem {
-            reason,
-            message,
-            blocking,
-        });
-    };
-    let mut objects = Vec::new();
-    let mut rendered_charts = Vec::new();
     for feed in &base.spec.feeds {
         if feed.kind == "HelmChart" {
-            let Some(chart) = charts.iter().find(|c| {
-                c.namespace().as_deref() == Some(feed.namespace.as_str())
-                    && c.name_any() == feed.name
-            }) else {
-                problem(
-                    "NonexistentHelmChart".into(),
-                    format!("Base {key} is using a nonexistent {feed}"),
-                    true,
-                );
-                continue;
-            };
-            if !chart_verified(chart) {
-                problem(
-                    "VerifyingHelmChart".into(),
-                    format!("HelmChart {}/{} is in verifying", feed.namespace, feed.name),
-                    true,
-                );
-                continue;
-            }
-            if let Some(status) = chart
-                .status
-                .as_ref()
-                .filter(|s| s.phase == Some(crate::apis::HelmChartPhase::NotFound))
-            {
-                problem(
-                    "HelmChartNotFound".into(),
-                    format!(
-                        "helm chart {}/{} is not found: {}; Base {key} keeps the last version found",
-                        feed.namespace,
-                        feed.name,
-                        if status.reason.is_empty() {
-                            "the repository does not have it"
-                        } else {
-                            status.reason.as_str()
-                        }
-                    ),
-                    true,
-                );
-                continue;
-            }
-            let applicable = overrides::applicable_overrides(
-                scope.globalizations,
-                scope.localizations,
-                scope.namespace,
-                &chart.uid().unwrap_or_default(),
-                "HelmChart",
-                Some(feed),
-                scope.cluster_labels,
-            );
-            let object = chart_template(chart);
-            match overrides::render_helm(&object, &applicable) {
-                Ok(r) => rendered_charts.push(RenderedChart {
-                    reference: ChartReference {
-                        namespace: feed.namespace.clone(),
-                        name: feed.name.clone(),
-                    },
-                    values: r.values,
-                    chart: r.chart,
-                }),
-                Err(e) => problem(
-                    "FailedApplyingOverrides".into(),
-                    format!("rendering {feed} for {key}: {e}"),
-                    // a chart has no previous form to keep apart from its Description
-                    true,
-                ),
+            match render_chart(&key, feed, charts, scope) {
+                Ok(chart) => out.charts.push(chart),
+                Err(problem) => out.problems.push(problem),
             }
             continue;
         }
@@ -388,46 +348,121 @@ pub fn render_feeds(
             // nothing of the Base deploys until it exists (upstream's semantics: no half-deployed
             // application); the Subscription's FeedsResolved condition names it, and its
             // creation re-renders this Base
-            problem(
+            out.problems.push(Problem::blocking(
                 format!("Nonexistent{}", feed.kind),
                 format!("Base {key} is using a nonexistent {feed}"),
-                true,
-            );
+            ));
             continue;
         }
         for m in found {
-            let template = &m.spec.template;
-            let applicable = overrides::applicable_overrides(
-                scope.globalizations,
-                scope.localizations,
-                scope.namespace,
-                &m.uid().unwrap_or_default(),
-                m.labels()
-                    .get(known::CONFIG_KIND_LABEL)
-                    .map(String::as_str)
-                    .unwrap_or(&feed.kind),
-                Some(feed),
-                scope.cluster_labels,
-            );
-            match overrides::render_generic(template, &applicable) {
-                Ok(obj) => objects.push(obj),
-                Err(e) => {
-                    problem(
-                        "FailedApplyingOverrides".into(),
-                        format!("rendering {feed} for {key}: {e}"),
-                        false,
-                    );
-                    // keep what was deployed before for this object instead of pruning it
-                    if let Some(prev) = previous.iter().find(|p| same_object(p, template)) {
-                        objects.push(prev.clone());
-                    }
-                }
+            render_manifest(&key, feed, m, scope, previous, &mut out);
+        }
+    }
+    out
+}
+
+/// One Manifest of a feed with the overrides that apply to it; on failure, what was deployed
+/// before for this object (instead of pruning it) and a problem that blocks nothing else.
+fn render_manifest(
+    key: &str,
+    feed: &Feed,
+    m: &Manifest,
+    scope: &Scope<'_>,
+    previous: &[Value],
+    out: &mut Rendered,
+) {
+    let template = &m.spec.template;
+    let applicable = overrides::applicable_overrides(
+        scope.globalizations,
+        scope.localizations,
+        scope.namespace,
+        &m.uid().unwrap_or_default(),
+        m.labels()
+            .get(known::CONFIG_KIND_LABEL)
+            .map(String::as_str)
+            .unwrap_or(&feed.kind),
+        Some(feed),
+        scope.cluster_labels,
+    );
+    match overrides::render_generic(template, &applicable) {
+        Ok(obj) => out.objects.push(obj),
+        Err(e) => {
+            out.problems.push(Problem {
+                reason: "FailedApplyingOverrides".into(),
+                message: format!("rendering {feed} for {key}: {e}"),
+                blocking: false,
+            });
+            if let Some(prev) = previous.iter().find(|p| same_object(p, template)) {
+                out.objects.push(prev.clone());
             }
         }
     }
-    out.objects = objects;
-    out.charts = rendered_charts;
-    out
+}
+
+/// A HelmChart feed with its chart overrides, if the chart exists and its lookup found the
+/// version it asks for; otherwise the problem, which blocks the Base (a chart has no previous
+/// form to keep apart from its Description).
+fn render_chart(
+    key: &str,
+    feed: &Feed,
+    charts: &[Arc<HelmChart>],
+    scope: &Scope<'_>,
+) -> Result<RenderedChart, Problem> {
+    let Some(chart) = charts.iter().find(|c| {
+        c.namespace().as_deref() == Some(feed.namespace.as_str()) && c.name_any() == feed.name
+    }) else {
+        return Err(Problem::blocking(
+            "NonexistentHelmChart".into(),
+            format!("Base {key} is using a nonexistent {feed}"),
+        ));
+    };
+    if !chart_verified(chart) {
+        return Err(Problem::blocking(
+            "VerifyingHelmChart".into(),
+            format!("HelmChart {}/{} is in verifying", feed.namespace, feed.name),
+        ));
+    }
+    if let Some(status) = chart
+        .status
+        .as_ref()
+        .filter(|s| s.phase == Some(crate::apis::HelmChartPhase::NotFound))
+    {
+        let why = if status.reason.is_empty() {
+            "the repository does not have it"
+        } else {
+            status.reason.as_str()
+        };
+        return Err(Problem::blocking(
+            "HelmChartNotFound".into(),
+            format!(
+                "helm chart {}/{} is not found: {why}; Base {key} keeps the last version found",
+                feed.namespace, feed.name,
+            ),
+        ));
+    }
+    let applicable = overrides::applicable_overrides(
+        scope.globalizations,
+        scope.localizations,
+        scope.namespace,
+        &chart.uid().unwrap_or_default(),
+        "HelmChart",
+        Some(feed),
+        scope.cluster_labels,
+    );
+    let r = overrides::render_helm(&chart_template(chart), &applicable).map_err(|e| {
+        Problem::blocking(
+            "FailedApplyingOverrides".into(),
+            format!("rendering {feed} for {key}: {e}"),
+        )
+    })?;
+    Ok(RenderedChart {
+        reference: ChartReference {
+            namespace: feed.namespace.clone(),
+            name: feed.name.clone(),
+        },
+        values: r.values,
+        chart: r.chart,
+    })
 }
 
 /// A HelmChart as the chart overrides see it: what the API server keeps about the object
@@ -470,6 +505,22 @@ pub fn helm_name(base: &Base) -> String {
     format!("{}-helm", base.name_any())
 }
 
+/// The spec of a Helm Description: the charts, their values and chart objects, in one order.
+fn helm_spec(charts: &[RenderedChart]) -> DescriptionSpec {
+    DescriptionSpec {
+        deployer: DescriptionDeployer::Helm,
+        charts: charts.iter().map(|c| c.reference.clone()).collect(),
+        raw: charts
+            .iter()
+            .map(|c| ByteString(c.values.clone().into_bytes()))
+            .collect(),
+        chart_raw: charts
+            .iter()
+            .map(|c| ByteString(c.chart.to_string().into_bytes()))
+            .collect(),
+    }
+}
+
 /// What the Base's Descriptions must become: its Generic Description carries `objects`, its
 /// Helm Description (upstream's `-helm`) the rendered `charts`, each written only when its spec,
 /// our labels or the drift settings differ from what exists; every other Description of the
@@ -505,22 +556,7 @@ pub fn plan_descriptions(
             .iter()
             .find(|d| d.name_any() == name)
             .map(|d| d.as_ref());
-        wanted.push((
-            name,
-            DescriptionSpec {
-                deployer: DescriptionDeployer::Helm,
-                charts: charts.iter().map(|c| c.reference.clone()).collect(),
-                raw: charts
-                    .iter()
-                    .map(|c| ByteString(c.values.clone().into_bytes()))
-                    .collect(),
-                chart_raw: charts
-                    .iter()
-                    .map(|c| ByteString(c.chart.to_string().into_bytes()))
-                    .collect(),
-            },
-            found,
-        ));
+        wanted.push((name, helm_spec(charts), found));
     }
     let labels = description_labels(base);
     let mut changes = Vec::new();

@@ -229,6 +229,40 @@ fn same_release(current: &HelmRelease, body: &Value) -> bool {
     spec == body["spec"] && labels_ok
 }
 
+/// A HelmRelease's labels: its chart's, then who made it, its Description, and the cluster and
+/// Subscription labels of the Description.
+fn release_labels(desc: &Description, chart: &HelmChart) -> BTreeMap<String, String> {
+    let mut labels: BTreeMap<String, String> = chart.labels().clone();
+    labels.insert(
+        known::OBJECT_CREATED_BY_LABEL.into(),
+        known::CLUSTERNET_CONTROLLER_MANAGER_NAME.into(),
+    );
+    labels.insert(
+        known::CONFIG_KIND_LABEL.into(),
+        known::DESCRIPTION_KIND.into(),
+    );
+    labels.insert(known::CONFIG_NAME_LABEL.into(), desc.name_any());
+    labels.insert(
+        known::CONFIG_NAMESPACE_LABEL.into(),
+        desc.namespace().unwrap_or_default(),
+    );
+    labels.insert(
+        known::CONFIG_UID_LABEL.into(),
+        desc.uid().unwrap_or_default(),
+    );
+    let dl = desc.labels();
+    for k in [
+        known::CLUSTER_ID_LABEL,
+        known::CLUSTER_NAME_LABEL,
+        known::CONFIG_SUBSCRIPTION_NAME_LABEL,
+        known::CONFIG_SUBSCRIPTION_NAMESPACE_LABEL,
+        known::CONFIG_SUBSCRIPTION_UID_LABEL,
+    ] {
+        labels.insert(k.into(), dl.get(k).cloned().unwrap_or_default());
+    }
+    labels
+}
+
 /// The HelmRelease objects (apply bodies) `desc` wants, or why it cannot say (upstream's
 /// `UnequalLengths`, a chart that does not decode).
 pub fn plan_releases(desc: &Description) -> Result<Vec<Value>, String> {
@@ -246,7 +280,6 @@ pub fn plan_releases(desc: &Description) -> Result<Vec<Value>, String> {
     }
     let desc_name = desc.name_any();
     let desc_ns = desc.namespace().unwrap_or_default();
-    let dl = desc.labels();
     let mut out = Vec::new();
     for ((reference, values), raw_chart) in s.charts.iter().zip(&s.raw).zip(&s.chart_raw) {
         let chart: HelmChart = serde_json::from_slice(&raw_chart.0).map_err(|e| {
@@ -255,30 +288,7 @@ pub fn plan_releases(desc: &Description) -> Result<Vec<Value>, String> {
                 reference.namespace, reference.name
             )
         })?;
-        let mut labels: BTreeMap<String, String> = chart.labels().clone();
-        labels.insert(
-            known::OBJECT_CREATED_BY_LABEL.into(),
-            known::CLUSTERNET_CONTROLLER_MANAGER_NAME.into(),
-        );
-        labels.insert(
-            known::CONFIG_KIND_LABEL.into(),
-            known::DESCRIPTION_KIND.into(),
-        );
-        labels.insert(known::CONFIG_NAME_LABEL.into(), desc_name.clone());
-        labels.insert(known::CONFIG_NAMESPACE_LABEL.into(), desc_ns.clone());
-        labels.insert(
-            known::CONFIG_UID_LABEL.into(),
-            desc.uid().unwrap_or_default(),
-        );
-        for k in [
-            known::CLUSTER_ID_LABEL,
-            known::CLUSTER_NAME_LABEL,
-            known::CONFIG_SUBSCRIPTION_NAME_LABEL,
-            known::CONFIG_SUBSCRIPTION_NAMESPACE_LABEL,
-            known::CONFIG_SUBSCRIPTION_UID_LABEL,
-        ] {
-            labels.insert(k.into(), dl.get(k).cloned().unwrap_or_default());
-        }
+        let labels = release_labels(desc, &chart);
         let values = String::from_utf8_lossy(&values.0).trim().to_string();
         let mut spec = serde_json::to_value(&chart.spec.options).unwrap_or_default();
         spec["targetNamespace"] = json!(chart.spec.target_namespace);

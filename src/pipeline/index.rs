@@ -6,7 +6,7 @@
 use kube::ResourceExt;
 
 use crate::apis::known;
-use crate::apis::{Base, Description, Feed, Manifest, ServiceImport, Subscription};
+use crate::apis::{Base, Description, Feed, Manifest, Subscription};
 use crate::runtime::cache::{Index, Shared};
 
 /// The key a feed is indexed by: its kind and name (namespace and group are checked by the
@@ -88,21 +88,4 @@ pub fn manifest_feed_keys(m: &Manifest) -> Vec<String> {
         (Some(kind), Some(name)) => vec![feed_key(kind, name)],
         _ => Vec::new(),
     }
-}
-
-/// The key of an exported Service in the MCS labels of an object (`<namespace>/<name>` from
-/// `services.clusternet.io/multi-cluster-service-{namespace,name}`), if it carries both.
-pub fn exported_service_key(labels: &std::collections::BTreeMap<String, String>) -> Option<String> {
-    Some(format!(
-        "{}/{}",
-        labels.get(known::LABEL_SERVICE_NAMESPACE)?,
-        labels.get(known::LABEL_SERVICE_NAME)?
-    ))
-}
-
-/// ServiceImports by the exported Service their labels name ([`exported_service_key`]).
-pub fn imports_by_service(s: &Shared<ServiceImport>) -> Index<ServiceImport> {
-    s.index("exported-service", |si| {
-        exported_service_key(si.labels()).into_iter().collect()
-    })
 }

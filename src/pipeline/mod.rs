@@ -11,6 +11,5 @@ pub mod helmrelease;
 pub mod index;
 pub mod overrides;
 pub mod preview;
-pub mod serviceimport;
 pub mod status;
 pub mod subscription;

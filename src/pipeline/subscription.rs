@@ -268,49 +268,8 @@ pub fn plan_bases(
                 labels.insert(l.to_string(), v.clone());
             }
         }
-        let mut mine: Vec<&Base> = existing
-            .iter()
-            .filter(|b| {
-                b.namespace().as_deref() == Some(cluster_ns)
-                    && b.metadata.deletion_timestamp.is_none()
-            })
-            .collect();
-        mine.sort_by_key(|b| {
-            std::cmp::Reverse((
-                b.metadata.creation_timestamp.as_ref().map(|t| t.0),
-                b.name_any(),
-            ))
-        });
-        if mine.len() > 1 {
-            warn!(subscription = %key, namespace = cluster_ns, "MultipleBases: more than one Base for this cluster; using the newest");
-        }
-        let change = match mine.first() {
-            Some(b) => {
-                let has_labels = labels.iter().all(|(k, v)| b.labels().get(k) == Some(v));
-                let needs = b.spec.feeds != sub.spec.feeds
-                    || !has_labels
-                    || !b.finalizers().iter().any(|f| f == known::APP_FINALIZER)
-                    || !same_drift_settings(sub.annotations(), b.annotations());
-                if needs {
-                    // an annotation set at creation stays ours (an apply without it would drop it);
-                    // the drift settings follow the Subscription
-                    let mut annotations = drift_settings(sub.annotations());
-                    annotations.extend(
-                        b.annotations()
-                            .iter()
-                            .filter(|(k, _)| *k == known::IS_DEFAULT_CLUSTER_INIT_ANNOTATION)
-                            .map(|(k, v)| (k.clone(), v.clone())),
-                    );
-                    let desired =
-                        desired_base(sub, cluster_ns, &b.name_any(), labels, &annotations);
-                    BaseChange::Update {
-                        before: b.resource_version(),
-                        desired,
-                    }
-                } else {
-                    BaseChange::Unchanged((*b).clone())
-                }
-            }
+        let change = match newest_base(&key, existing, cluster_ns) {
+            Some(b) => base_change(sub, b, cluster_ns, labels),
             None => {
                 let name = new_name(&sub.name_any());
                 BaseChange::Create(desired_base(
@@ -333,6 +292,58 @@ pub fn plan_bases(
     plan.delete = delete;
     plan.recheck = recheck;
     plan
+}
+
+/// The Base of the Subscription in `cluster_ns` (the newest, if more than one).
+fn newest_base<'b>(key: &str, existing: &'b [Base], cluster_ns: &str) -> Option<&'b Base> {
+    let mut mine: Vec<&Base> = existing
+        .iter()
+        .filter(|b| {
+            b.namespace().as_deref() == Some(cluster_ns) && b.metadata.deletion_timestamp.is_none()
+        })
+        .collect();
+    mine.sort_by_key(|b| {
+        std::cmp::Reverse((
+            b.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            b.name_any(),
+        ))
+    });
+    if mine.len() > 1 {
+        warn!(subscription = %key, namespace = cluster_ns, "MultipleBases: more than one Base for this cluster; using the newest");
+    }
+    mine.first().copied()
+}
+
+/// What the existing Base `b` needs: an update when its feeds, labels, finalizer or drift
+/// settings differ from the Subscription's.
+fn base_change(
+    sub: &Subscription,
+    b: &Base,
+    cluster_ns: &str,
+    labels: BTreeMap<String, String>,
+) -> BaseChange {
+    let has_labels = labels.iter().all(|(k, v)| b.labels().get(k) == Some(v));
+    let needs = b.spec.feeds != sub.spec.feeds
+        || !has_labels
+        || !b.finalizers().iter().any(|f| f == known::APP_FINALIZER)
+        || !same_drift_settings(sub.annotations(), b.annotations());
+    if !needs {
+        return BaseChange::Unchanged(b.clone());
+    }
+    // an annotation set at creation stays ours (an apply without it would drop it); the drift
+    // settings follow the Subscription
+    let mut annotations = drift_settings(sub.annotations());
+    annotations.extend(
+        b.annotations()
+            .iter()
+            .filter(|(k, _)| *k == known::IS_DEFAULT_CLUSTER_INIT_ANNOTATION)
+            .map(|(k, v)| (k.clone(), v.clone())),
+    );
+    let desired = desired_base(sub, cluster_ns, &b.name_any(), labels, &annotations);
+    BaseChange::Update {
+        before: b.resource_version(),
+        desired,
+    }
 }
 
 /// The Bases in `existing` that are not `kept` (bound), by [`unbound_base_fate`]: those to

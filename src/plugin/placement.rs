@@ -246,7 +246,9 @@ pub async fn run(
             let v = one_or_list(answers)?;
             serde_json::to_string_pretty(&v).map_err(|e| e.to_string())? + "\n"
         }
-        Output::Yaml => serde_yaml::to_string(&one_or_list(answers)?).map_err(|e| e.to_string())?,
+        Output::Yaml => {
+            crate::kube_ext::yaml::to_string(&one_or_list(answers)?).map_err(|e| e.to_string())?
+        }
         Output::Table => {
             let mut out = String::new();
             for (i, a) in answers.iter().enumerate() {
@@ -432,7 +434,7 @@ fn render_object(obj: &RenderedObject, diff: bool) -> String {
         let text = obj
             .object
             .as_ref()
-            .and_then(|o| serde_yaml::to_string(o).ok())
+            .and_then(|o| crate::kube_ext::yaml::to_string(o).ok())
             .unwrap_or_default();
         for line in text.lines() {
             out.push_str(&format!("  {line}\n"));

@@ -1,5 +1,5 @@
-//! The subsystems behind each role. Work that is not built yet says so loudly instead of
-//! pretending to run.
+//! The subsystems behind each role, in one table: which run on every replica, which only on the
+//! leader, and what each one's gate or flag is.
 
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -102,7 +102,7 @@ pub async fn lead(rt: &Runtime, role: Role, leadership: Leadership, token: Cance
                 warn!("feature gate Deployer is off: no distribution pipeline");
             }
             // runs with the gate off too: it then says so on every ServiceImport
-            spawn(|rt, t| Box::pin(crate::pipeline::serviceimport::run(rt, t)));
+            spawn(|rt, t| Box::pin(crate::mcs::serviceimport::run(rt, t)));
             crate::clusters::run(rt, token).await;
             while tasks.join_next().await.is_some() {}
         }

@@ -189,7 +189,8 @@ where
     }
 
     /// A new subscription to the objects this cache applies or deletes (deleted ones are gone from
-    /// the store by the time they arrive), for `Controller::for_shared_stream` and triggers.
+    /// the store by the time they arrive), for the controller kit's triggers
+    /// ([`super::controller::Controller::triggered_by`]) and anything else that reacts to writes.
     pub fn subscribe(&self) -> futures::stream::BoxStream<'static, Arc<K>>
     where
         K: Send + Sync,

@@ -684,6 +684,7 @@ fn on_binary(shared: &Arc<Shared>, bytes: Bytes, dialer: &Dialer) -> Result<(), 
 /// read without waiting (which sends `Resume`s) and spawned dials get to run. Targets of
 /// incoming `Connect`s (client role) are in-memory pipes; addresses containing `refuse` fail to
 /// dial. A frame that would end the session ends the replay with the session's error.
+#[cfg(any(test, feature = "fuzzing"))]
 pub(crate) fn replay(
     role: SessionRole,
     gossip: bool,

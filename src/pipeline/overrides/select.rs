@@ -146,6 +146,34 @@ struct Rule<'a> {
     config: &'a OverrideConfig,
 }
 
+/// Whether a Globalization's `clusterAffinity` (if any) matches one of the clusters of the
+/// namespace; an invalid one is an error when `strict`, otherwise skipped with a warning.
+fn affinity_matches(
+    glob: &Globalization,
+    clusters_in_namespace_labels: &[BTreeMap<String, String>],
+    strict: bool,
+) -> Result<bool, OverrideError> {
+    let Some(affinity) = &glob.spec.cluster_affinity else {
+        return Ok(true);
+    };
+    match Selector::from_label_selector_unvalidated(affinity) {
+        Ok(selector) => Ok(clusters_in_namespace_labels
+            .iter()
+            .any(|labels| selector.matches(labels))),
+        Err(reason) => {
+            let err = OverrideError::ClusterAffinity {
+                name: glob.name_any(),
+                reason: reason.to_string(),
+            };
+            if strict {
+                return Err(err);
+            }
+            tracing::warn!(error = %err, "skipping Globalization");
+            Ok(false)
+        }
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn select_rules<'a, G, L>(
     globalizations: &'a [G],
@@ -172,29 +200,9 @@ where
         {
             continue;
         }
-        if let Some(affinity) = &glob.spec.cluster_affinity {
-            let selector = match Selector::from_label_selector_unvalidated(affinity) {
-                Ok(selector) => selector,
-                Err(reason) => {
-                    let err = OverrideError::ClusterAffinity {
-                        name: glob.name_any(),
-                        reason: reason.to_string(),
-                    };
-                    if strict {
-                        return Err(err);
-                    }
-                    tracing::warn!(error = %err, "skipping Globalization");
-                    continue;
-                }
-            };
-            if !clusters_in_namespace_labels
-                .iter()
-                .any(|labels| selector.matches(labels))
-            {
-                continue;
-            }
+        if affinity_matches(glob, clusters_in_namespace_labels, strict)? {
+            globs.push(glob);
         }
-        globs.push(glob);
     }
     globs.sort_by_key(|g| order_key(g.spec.effective_priority(), &g.metadata));
 
