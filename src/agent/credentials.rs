@@ -58,30 +58,25 @@ pub async fn publish_until_done(rt: &Runtime, reg: &Registration, stop: &Cancell
     }
 }
 
-async fn publish(rt: &Runtime, reg: &Registration) -> Result<(), CredentialsError> {
-    let ns = rt.config.system_namespace.clone();
-    let child: Api<Secret> = Api::namespaced(rt.client.clone(), &ns);
-    let source = child
-        .get_opt(known::CLUSTERNET_APP_SA)
-        .await
-        .map_err(ApiFailure::of(
-            "Secret clusternet-app-deployer (child)".to_string(),
-            "reading the child deployer Secret",
-        ))?
-        .ok_or_else(|| CredentialsError::Missing {
-            namespace: ns.clone(),
-            name: known::CLUSTERNET_APP_SA.into(),
-        })?;
+/// The Secret the parent gets (`child-cluster-deployer` in the cluster's namespace) from the
+/// child's deployer ServiceAccount Secret `source` (in `ns`): its token and CA, the account's
+/// name and uid, and the child's API server URL.
+fn deployer_secret(
+    source: &Secret,
+    ns: &str,
+    reg: &Registration,
+    cluster_url: &str,
+) -> Result<Secret, CredentialsError> {
     let data = source.data.clone().unwrap_or_default();
     let (Some(token), Some(ca)) = (data.get("token").cloned(), data.get("ca.crt").cloned()) else {
         return Err(CredentialsError::NoToken {
-            namespace: ns,
+            namespace: ns.to_string(),
             name: known::CLUSTERNET_APP_SA.into(),
         });
     };
     let ann = source.annotations();
     let get = |k: &str| ByteString(ann.get(k).cloned().unwrap_or_default().into_bytes());
-    let secret = Secret {
+    Ok(Secret {
         metadata: ObjectMeta {
             name: Some(known::CHILD_CLUSTER_SECRET_NAME.to_string()),
             namespace: Some(reg.namespace.clone()),
@@ -116,11 +111,28 @@ async fn publish(rt: &Runtime, reg: &Registration) -> Result<(), CredentialsErro
             ),
             (
                 known::CLUSTER_API_SERVER_URL_KEY.to_string(),
-                ByteString(rt.cluster_url.clone().into_bytes()),
+                ByteString(cluster_url.as_bytes().to_vec()),
             ),
         ])),
         ..Default::default()
-    };
+    })
+}
+
+async fn publish(rt: &Runtime, reg: &Registration) -> Result<(), CredentialsError> {
+    let ns = rt.config.system_namespace.clone();
+    let child: Api<Secret> = Api::namespaced(rt.client.clone(), &ns);
+    let source = child
+        .get_opt(known::CLUSTERNET_APP_SA)
+        .await
+        .map_err(ApiFailure::of(
+            "Secret clusternet-app-deployer (child)".to_string(),
+            "reading the child deployer Secret",
+        ))?
+        .ok_or_else(|| CredentialsError::Missing {
+            namespace: ns.clone(),
+            name: known::CLUSTERNET_APP_SA.into(),
+        })?;
+    let secret = deployer_secret(&source, &ns, reg, &rt.cluster_url)?;
     let parent: Api<Secret> = Api::namespaced(reg.parent.clone(), &reg.namespace);
     match parent
         .get_opt(known::CHILD_CLUSTER_SECRET_NAME)

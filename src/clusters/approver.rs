@@ -478,40 +478,50 @@ pub struct Rbac {
     pub role_binding: RoleBinding,
 }
 
-/// What the cluster's ServiceAccount `sa` in `ns` may do: create and read its registration
-/// request, use its own socket (SocketConnection gate), and anything in its dedicated namespace.
-pub fn desired_rbac(id: &str, sa: &str, ns: &str, socket_gate: bool) -> Rbac {
-    let rbac_labels = BTreeMap::from([
-        (
-            known::CLUSTER_BOOTSTRAPPING_LABEL.to_string(),
-            known::RBAC_DEFAULTS.to_string(),
-        ),
-        (
-            known::OBJECT_CREATED_BY_LABEL.to_string(),
-            known::CLUSTERNET_CONTROLLER_MANAGER_NAME.to_string(),
-        ),
-        (known::CLUSTER_ID_LABEL.to_string(), id.to_string()),
-    ]);
-    let rbac_meta = |n: &str, ns: Option<&str>| ObjectMeta {
-        name: Some(n.to_string()),
+/// The metadata of the RBAC objects made for cluster `id`: our labels, and auto-update on.
+fn rbac_meta(id: &str, name: &str, ns: Option<&str>) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_string()),
         namespace: ns.map(str::to_string),
-        labels: Some(rbac_labels.clone()),
+        labels: Some(BTreeMap::from([
+            (
+                known::CLUSTER_BOOTSTRAPPING_LABEL.to_string(),
+                known::RBAC_DEFAULTS.to_string(),
+            ),
+            (
+                known::OBJECT_CREATED_BY_LABEL.to_string(),
+                known::CLUSTERNET_CONTROLLER_MANAGER_NAME.to_string(),
+            ),
+            (known::CLUSTER_ID_LABEL.to_string(), id.to_string()),
+        ])),
         annotations: Some(BTreeMap::from([(
             known::AUTO_UPDATE_ANNOTATION.to_string(),
             "true".to_string(),
         )])),
         ..Default::default()
-    };
-    let rule = |groups: &[&str], resources: &[&str], verbs: &[&str], names: Option<Vec<String>>| {
-        PolicyRule {
-            api_groups: Some(groups.iter().map(|s| s.to_string()).collect()),
-            resources: Some(resources.iter().map(|s| s.to_string()).collect()),
-            verbs: verbs.iter().map(|s| s.to_string()).collect(),
-            resource_names: names,
-            non_resource_urls: None,
-        }
-    };
-    let mut cluster_rules = vec![rule(
+    }
+}
+
+fn policy_rule(
+    groups: &[&str],
+    resources: &[&str],
+    verbs: &[&str],
+    names: Option<Vec<String>>,
+) -> PolicyRule {
+    PolicyRule {
+        api_groups: Some(groups.iter().map(|s| s.to_string()).collect()),
+        resources: Some(resources.iter().map(|s| s.to_string()).collect()),
+        verbs: verbs.iter().map(|s| s.to_string()).collect(),
+        resource_names: names,
+        non_resource_urls: None,
+    }
+}
+
+/// What the cluster's ServiceAccount `sa` in `ns` may do: create and read its registration
+/// request, use its own socket (SocketConnection gate), and anything in its dedicated namespace.
+pub fn desired_rbac(id: &str, sa: &str, ns: &str, socket_gate: bool) -> Rbac {
+    let rbac_meta = |n: &str, ns: Option<&str>| rbac_meta(id, n, ns);
+    let mut cluster_rules = vec![policy_rule(
         &["clusters.clusternet.io"],
         &["clusterregistrationrequests"],
         &["create", "get"],
@@ -520,7 +530,7 @@ pub fn desired_rbac(id: &str, sa: &str, ns: &str, socket_gate: bool) -> Rbac {
     // Upstream also grants cluster-wide `get` on Secrets (for Helm pull secrets); that lets one
     // cluster read every other cluster's credentials, so it is left out here.
     if socket_gate {
-        cluster_rules.push(rule(
+        cluster_rules.push(policy_rule(
             &["proxies.clusternet.io"],
             &["sockets"],
             &["*"],
@@ -552,7 +562,7 @@ pub fn desired_rbac(id: &str, sa: &str, ns: &str, socket_gate: bool) -> Rbac {
         },
         role: Role {
             metadata: rbac_meta(known::MANAGED_CLUSTER_ROLE, Some(ns)),
-            rules: Some(vec![rule(&["*"], &["*"], &["*"], None)]),
+            rules: Some(vec![policy_rule(&["*"], &["*"], &["*"], None)]),
         },
         role_binding: RoleBinding {
             metadata: rbac_meta(known::MANAGED_CLUSTER_ROLE, Some(ns)),

@@ -276,19 +276,16 @@ struct Ctx {
     version: &'static str,
 }
 
-/// Runs the discovery until `stop`, when `--cluster-api-kubeconfig` is set.
-pub async fn run(rt: Runtime, stop: CancellationToken) {
-    let path = rt.config.cluster_api_kubeconfig.clone();
-    if path.is_empty() {
-        return;
-    }
-    warn!(
-        "Cluster API discovery: make sure the feature gate ClusterResourceSet is enabled in the Cluster API management cluster's controller manager"
-    );
+/// The management cluster's client and the Cluster API version it serves, retried every
+/// [`RETRY`] (said once as an error, then quietly) until it answers with one; None on `stop`.
+async fn management_cluster(
+    path: &str,
+    stop: &CancellationToken,
+) -> Option<(kube::Client, &'static str)> {
     let mut said = false;
-    let (client, version) = loop {
+    loop {
         let attempt = async {
-            let client = management_client(&path)
+            let client = management_client(path)
                 .await
                 .map_err(|e| format!("cannot use --cluster-api-kubeconfig {path}: {e}"))?;
             match served_version(&client).await {
@@ -303,7 +300,7 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
             }
         };
         match attempt.await {
-            Ok(found) => break found,
+            Ok(found) => return Some(found),
             Err(e) if !said => {
                 error!(error = %e, retry_in = ?RETRY, "Cluster API discovery is waiting");
                 said = true;
@@ -311,9 +308,23 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
             Err(e) => tracing::debug!(error = %e, "Cluster API discovery is still waiting"),
         }
         tokio::select! {
-            _ = stop.cancelled() => return,
+            _ = stop.cancelled() => return None,
             _ = tokio::time::sleep(RETRY) => {}
         }
+    }
+}
+
+/// Runs the discovery until `stop`, when `--cluster-api-kubeconfig` is set.
+pub async fn run(rt: Runtime, stop: CancellationToken) {
+    let path = rt.config.cluster_api_kubeconfig.clone();
+    if path.is_empty() {
+        return;
+    }
+    warn!(
+        "Cluster API discovery: make sure the feature gate ClusterResourceSet is enabled in the Cluster API management cluster's controller manager"
+    );
+    let Some((client, version)) = management_cluster(&path, &stop).await else {
+        return;
     };
     info!(version, "discovering Cluster API clusters");
     let resource = ApiResource::from_gvk_with_plural(

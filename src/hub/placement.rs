@@ -26,7 +26,8 @@ use super::shadow::rest::decode_object;
 use super::status::ApiError;
 use crate::apis::placement::Explanation;
 use crate::apis::placement::{
-    self, CurrentPlacement, PlacementReview, PlacementReviewSpec, PlacementReviewStatus,
+    self, ClusterObjects, CurrentPlacement, PlacementReview, PlacementReviewSpec,
+    PlacementReviewStatus,
 };
 use crate::apis::{
     Globalization, HelmChart, Localization, ManagedCluster, Manifest, Subscription, known,
@@ -171,6 +172,18 @@ pub fn parse_review(body: Value, namespace: &str) -> Result<PlacementReview, Api
     }
 }
 
+/// `verb` on an apps.clusternet.io resource.
+fn apps(resource: &str, ns: &str, name: &str, verb: &str) -> Attributes {
+    Attributes::resource(
+        verb,
+        crate::apis::apps::GROUP,
+        "v1alpha1",
+        resource,
+        ns,
+        name,
+    )
+}
+
 /// The answer of a review (also the dashboard's "explain its placement now").
 pub(crate) async fn review_placement(
     hub: &Hub,
@@ -179,39 +192,7 @@ pub(crate) async fn review_placement(
     spec: &PlacementReviewSpec,
 ) -> Result<PlacementReviewStatus, ApiError> {
     let client = hub.rt.client.clone();
-    let apps = |resource: &str, ns: &str, name: &str, verb: &str| {
-        Attributes::resource(
-            verb,
-            crate::apis::apps::GROUP,
-            "v1alpha1",
-            resource,
-            ns,
-            name,
-        )
-    };
-    let existing = match &spec.subscription {
-        Some(_) => None,
-        None => {
-            let name = &spec.subscription_name;
-            hub.authz
-                .authorize(user, apps("subscriptions", namespace, name, "get"))
-                .await?;
-            let api: Api<Subscription> = Api::namespaced(client.clone(), namespace);
-            let found = api
-                .get_opt(name)
-                .await
-                .map_err(|e| ApiError::from_kube(&e))?;
-            Some(found.ok_or_else(|| {
-                ApiError::not_found(crate::apis::apps::GROUP, "subscriptions", name)
-            })?)
-        }
-    };
-    let mut sub = match (&spec.subscription, &existing) {
-        (Some(s), _) => (**s).clone(),
-        (None, Some(s)) => s.clone(),
-        (None, None) => return Err(ApiError::internal("no Subscription to review")),
-    };
-    sub.spec.apply_crd_defaults();
+    let (sub, existing) = reviewed_subscription(hub, user, namespace, spec).await?;
     hub.authz
         .authorize(
             user,
@@ -273,67 +254,132 @@ pub(crate) async fn review_placement(
         status.current = Some(current);
     }
     if spec.show_objects && explanation.error.is_none() {
-        hub.authz
-            .authorize(user, apps("globalizations", "", "", "list"))
-            .await?;
-        let mut localizations: Vec<Localization> = Vec::new();
-        let mut seen = std::collections::BTreeSet::new();
-        for cluster in &explanation.binding_clusters {
-            let ns = cluster.split('/').next().unwrap_or_default();
-            if !seen.insert(ns.to_string()) {
-                continue;
-            }
-            hub.authz
-                .authorize(user, apps("localizations", ns, "", "list"))
-                .await?;
-            let found: Vec<Arc<Localization>> = list(Api::namespaced(client.clone(), ns)).await?;
-            localizations.extend(found.iter().map(|l| (**l).clone()));
-        }
-        let localizations = Overlay::replace(&localizations, &overlay.localizations, |l| {
-            (l.namespace(), l.name_any())
-        });
-        let globalizations: Vec<Globalization> = list(Api::all(client.clone()))
-            .await?
-            .iter()
-            .map(|g: &Arc<Globalization>| (**g).clone())
-            .collect();
-        let globalizations =
-            Overlay::replace(&globalizations, &overlay.globalizations, |g| g.name_any());
-        let mut charts: Vec<Arc<HelmChart>> = Vec::new();
-        for feed in sub.spec.feeds.iter().filter(|f| f.kind == "HelmChart") {
-            let from_file = overlay.charts.iter().find(|c| {
-                c.name_any() == feed.name && c.namespace().as_deref() == Some(&*feed.namespace)
-            });
-            if let Some(c) = from_file {
-                charts.push(Arc::clone(c));
-                continue;
-            }
-            let api: Api<HelmChart> = Api::namespaced(client.clone(), &feed.namespace);
-            if let Some(c) = api
-                .get_opt(&feed.name)
-                .await
-                .map_err(|e| ApiError::from_kube(&e))?
-            {
-                charts.push(Arc::new(c));
-            }
-        }
-        let state = PreviewState {
+        let parent = Parent {
             reserved_ns: &reserved,
             manifests: &manifests,
-            charts: &charts,
-            globalizations: &globalizations,
-            localizations: &localizations,
             clusters: &clusters,
         };
-        status.objects = preview_objects(
-            &sub,
-            &explanation.binding_clusters,
-            &explanation.replicas,
-            &state,
-        );
+        status.objects = preview(hub, user, &sub, &explanation, &overlay, &parent).await?;
     }
     status.explanation = explanation;
     Ok(status)
+}
+
+/// The Subscription a review is about (defaults applied): the one it carries, or the stored one
+/// it names (which the caller must be allowed to get), with the stored one when there is one.
+async fn reviewed_subscription(
+    hub: &Hub,
+    user: &UserInfo,
+    namespace: &str,
+    spec: &PlacementReviewSpec,
+) -> Result<(Subscription, Option<Subscription>), ApiError> {
+    if let Some(s) = &spec.subscription {
+        let mut sub = (**s).clone();
+        sub.spec.apply_crd_defaults();
+        return Ok((sub, None));
+    }
+    let name = &spec.subscription_name;
+    hub.authz
+        .authorize(user, apps("subscriptions", namespace, name, "get"))
+        .await?;
+    let api: Api<Subscription> = Api::namespaced(hub.rt.client.clone(), namespace);
+    let found = api
+        .get_opt(name)
+        .await
+        .map_err(|e| ApiError::from_kube(&e))?
+        .ok_or_else(|| ApiError::not_found(crate::apis::apps::GROUP, "subscriptions", name))?;
+    let mut sub = found.clone();
+    sub.spec.apply_crd_defaults();
+    Ok((sub, Some(found)))
+}
+
+/// What a review reads of the parent whatever it shows.
+struct Parent<'a> {
+    reserved_ns: &'a str,
+    manifests: &'a [Arc<Manifest>],
+    clusters: &'a [Arc<ManagedCluster>],
+}
+
+/// The objects each cluster the review chose would get: the overrides (the caller must be
+/// allowed to list them) and charts of the parent, with what the review's `spec.objects` put in
+/// their place.
+async fn preview(
+    hub: &Hub,
+    user: &UserInfo,
+    sub: &Subscription,
+    explanation: &Explanation,
+    overlay: &Overlay,
+    parent: &Parent<'_>,
+) -> Result<Vec<ClusterObjects>, ApiError> {
+    let client = hub.rt.client.clone();
+    hub.authz
+        .authorize(user, apps("globalizations", "", "", "list"))
+        .await?;
+    let mut localizations: Vec<Localization> = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for cluster in &explanation.binding_clusters {
+        let ns = cluster.split('/').next().unwrap_or_default();
+        if !seen.insert(ns.to_string()) {
+            continue;
+        }
+        hub.authz
+            .authorize(user, apps("localizations", ns, "", "list"))
+            .await?;
+        let found: Vec<Arc<Localization>> = list(Api::namespaced(client.clone(), ns)).await?;
+        localizations.extend(found.iter().map(|l| (**l).clone()));
+    }
+    let localizations = Overlay::replace(&localizations, &overlay.localizations, |l| {
+        (l.namespace(), l.name_any())
+    });
+    let globalizations: Vec<Globalization> = list(Api::all(client.clone()))
+        .await?
+        .iter()
+        .map(|g: &Arc<Globalization>| (**g).clone())
+        .collect();
+    let globalizations =
+        Overlay::replace(&globalizations, &overlay.globalizations, |g| g.name_any());
+    let charts = review_charts(&client, sub, overlay).await?;
+    let state = PreviewState {
+        reserved_ns: parent.reserved_ns,
+        manifests: parent.manifests,
+        charts: &charts,
+        globalizations: &globalizations,
+        localizations: &localizations,
+        clusters: parent.clusters,
+    };
+    Ok(preview_objects(
+        sub,
+        &explanation.binding_clusters,
+        &explanation.replicas,
+        &state,
+    ))
+}
+
+/// The HelmCharts a Subscription's feeds name: the review's own, else the parent's.
+async fn review_charts(
+    client: &kube::Client,
+    sub: &Subscription,
+    overlay: &Overlay,
+) -> Result<Vec<Arc<HelmChart>>, ApiError> {
+    let mut charts: Vec<Arc<HelmChart>> = Vec::new();
+    for feed in sub.spec.feeds.iter().filter(|f| f.kind == "HelmChart") {
+        let from_file = overlay.charts.iter().find(|c| {
+            c.name_any() == feed.name && c.namespace().as_deref() == Some(&*feed.namespace)
+        });
+        if let Some(c) = from_file {
+            charts.push(Arc::clone(c));
+            continue;
+        }
+        let api: Api<HelmChart> = Api::namespaced(client.clone(), &feed.namespace);
+        if let Some(c) = api
+            .get_opt(&feed.name)
+            .await
+            .map_err(|e| ApiError::from_kube(&e))?
+        {
+            charts.push(Arc::new(c));
+        }
+    }
+    Ok(charts)
 }
 
 /// What a review's `spec.objects` put in place of the parent's state.

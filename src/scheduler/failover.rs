@@ -199,25 +199,8 @@ pub fn plan(
             )
         })
         .collect();
-    for c in &live {
-        if ready_since(c).0 {
-            // back: a later loss is admitted (and rate-limited) afresh
-            memory.admitted.remove(&key(c));
-        }
-    }
-    if let Some(m) = memory.failed_over.get_mut(&sub_key) {
-        // a cluster deleted or no longer selected is no fail-back's business
-        m.retain(|k, _| live.iter().any(|c| key(c) == *k));
-    }
-    // "at once": clusters long gone (a dead agent never cleaned up) are neither counted as lost
-    // now nor as part of the fleet
-    let at_once = grace.max(AT_ONCE);
-    let recently_lost = |c: &&&Arc<ManagedCluster>| {
-        let (ready, since) = ready_since(c);
-        !ready && since.is_none_or(|t| now.duration_since(t).as_secs() < at_once.as_secs() as i64)
-    };
-    let not_ready = live.iter().filter(recently_lost).count();
-    let fleet = live.iter().filter(|c| ready_since(c).0).count() + not_ready;
+    memory.follow(&sub_key, &live);
+    let (fleet, not_ready) = fleet(&live, grace, now);
     let bound = sub
         .status
         .as_ref()
@@ -265,6 +248,38 @@ pub fn plan(
         }
     }
     out
+}
+
+impl Memory {
+    /// What a cycle learns of the clusters a Subscription selects: one Ready again has a later
+    /// loss admitted (and rate-limited) afresh; one deleted or no longer selected is no
+    /// fail-back's business.
+    fn follow(&mut self, sub_key: &str, live: &[&Arc<ManagedCluster>]) {
+        for c in live {
+            if ready_since(c).0 {
+                self.admitted.remove(&key(c));
+            }
+        }
+        if let Some(m) = self.failed_over.get_mut(sub_key) {
+            m.retain(|k, _| live.iter().any(|c| key(c) == *k));
+        }
+    }
+}
+
+/// The size of the fleet a Subscription selects and how many of it turned not ready "at once":
+/// clusters long gone (a dead agent never cleaned up) are neither counted as lost now nor as
+/// part of the fleet.
+fn fleet(live: &[&Arc<ManagedCluster>], grace: Duration, now: Timestamp) -> (usize, usize) {
+    let at_once = grace.max(AT_ONCE);
+    let recently_lost = |c: &&&Arc<ManagedCluster>| {
+        let (ready, since) = ready_since(c);
+        !ready && since.is_none_or(|t| now.duration_since(t).as_secs() < at_once.as_secs() as i64)
+    };
+    let not_ready = live.iter().filter(recently_lost).count();
+    (
+        live.iter().filter(|c| ready_since(c).0).count() + not_ready,
+        not_ready,
+    )
 }
 
 /// How a selected cluster the binding does not have may come back.
