@@ -4,11 +4,13 @@
 //! Read-only, from the hub's shared watch cache (never a list against the API server per page
 //! view), and as the caller: before a page shows a kind, a SubjectAccessReview asks whether the
 //! caller may `list` it in the parent; if not, the page says so and shows none of it. Pages are
-//! rendered on the server ([`render`]); the stylesheet and one small script are embedded in the
-//! binary. The script keeps an open page current: `pages/events` (server-sent events, fed by the
-//! same cache's change streams, never by polling) says which kinds changed, at most once a
-//! second, and the script fetches the page again and swaps its content. Every answer carries a
-//! Content-Security-Policy that allows no inline script, no other origin and no framing.
+//! rendered on the server with maud's `html!` ([`render`], and the few messages here), so text
+//! from an object reaches a page only through maud's escaping; the stylesheet and one small
+//! script are embedded in the binary. The script keeps an open page current: `pages/events`
+//! (server-sent events, fed by the same cache's change streams, never by polling) says which
+//! kinds changed, at most once a second, and the script fetches the page again and swaps its
+//! content. Every answer carries a Content-Security-Policy that allows no inline script, no other
+//! origin and no framing.
 
 pub mod render;
 pub mod rows;
@@ -23,6 +25,7 @@ use http::{HeaderValue, Method, StatusCode, header};
 use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
+use maud::{Markup, html};
 
 use super::Hub;
 use super::authn::UserInfo;
@@ -199,10 +202,7 @@ pub async fn handle(
                     kinds: &[],
                     filter: None,
                 },
-                &format!(
-                    "<p class=\"denied\">No page {:?} here.</p>\n",
-                    render::escape(other)
-                ),
+                html! { p class="denied" { "No page " (format!("{other:?}")) " here." } "\n" },
             ),
         )),
     }
@@ -425,7 +425,7 @@ async fn list_page<K, R>(
     list: &List<'_>,
     extra: impl Fn(&K) -> String,
     rows: impl Fn(&K, Timestamp) -> R,
-    render: impl Fn(&[R], usize, &str) -> String,
+    render: impl Fn(&[R], usize, &Markup) -> Markup,
 ) -> String
 where
     K: kube::Resource
@@ -452,13 +452,15 @@ where
                 &render::filtered_path(page, list.q),
             );
             let page_rows: Vec<R> = matching[range].iter().map(|o| rows(o, now)).collect();
-            let mut main = render::filter_summary(page, list.q, matching.len(), total);
-            if matching.is_empty() && total > 0 {
-                main.push_str("<p class=\"empty\">Nothing matches.</p>\n");
-            } else {
-                main.push_str(&render(&page_rows, matching.len(), &nav));
+            html! {
+                (render::filter_summary(page, list.q, matching.len(), total))
+                @if matching.is_empty() && total > 0 {
+                    p class="empty" { "Nothing matches." }
+                    "\n"
+                } @else {
+                    (render(&page_rows, matching.len(), &nav))
+                }
             }
-            main
         }
     };
     render::document(
@@ -469,7 +471,7 @@ where
             kinds: &[kind.resource],
             filter: Some(list.q),
         },
-        &main,
+        main,
     )
 }
 
@@ -605,7 +607,7 @@ async fn one<K>(
     kind: Kind,
     namespace: &str,
     name: &str,
-) -> Result<Arc<K>, (StatusCode, String)>
+) -> Result<Arc<K>, (StatusCode, Markup)>
 where
     K: kube::Resource
         + Clone
@@ -619,9 +621,14 @@ where
     if namespace.is_empty() || name.is_empty() {
         return Err((
             StatusCode::BAD_REQUEST,
-            "<p class=\"denied\">This page needs a namespace and a name \
-             (<code>?namespace=...&amp;name=...</code>).</p>\n"
-                .into(),
+            html! {
+                p class="denied" {
+                    "This page needs a namespace and a name ("
+                    code { "?namespace=...&name=..." }
+                    ")."
+                }
+                "\n"
+            },
         ));
     }
     may(hub, user, "get", kind, namespace)
@@ -637,13 +644,13 @@ where
         .ok_or_else(|| {
             (
                 StatusCode::NOT_FOUND,
-                format!(
-                    "<p class=\"empty\">There is no {} {}/{} in the parent cluster (it may have \
-                     been deleted).</p>\n",
-                    kind.resource,
-                    render::escape(namespace),
-                    render::escape(name)
-                ),
+                html! {
+                    p class="empty" {
+                        "There is no " (kind.resource) " " (namespace) "/" (name)
+                        " in the parent cluster (it may have been deleted)."
+                    }
+                    "\n"
+                },
             )
         })
 }
@@ -662,7 +669,7 @@ async fn cluster_page(
         DESCRIPTIONS.resource,
         EVENTS.resource,
     ];
-    let doc = |main: &str| {
+    let doc = |main: Markup| {
         render::document(
             &Doc {
                 page: Page::Clusters,
@@ -676,11 +683,11 @@ async fn cluster_page(
     };
     let mc = match one::<ManagedCluster>(hub, user, MANAGED_CLUSTERS, namespace, name).await {
         Ok(mc) => mc,
-        Err((code, main)) => return (code, doc(&main)),
+        Err((code, main)) => return (code, doc(main)),
     };
     let now = Timestamp::now();
-    let mut main = render::clusters_table(&[cluster_row(hub, &mc, now)]);
-    main.push_str(&render::cluster_facts(&rows::cluster_facts(&mc, now)));
+    let row = render::clusters_table(&[cluster_row(hub, &mc, now)]);
+    let facts = render::cluster_facts(&rows::cluster_facts(&mc, now));
     let deployed = match readable::<Description>(hub, user, DESCRIPTIONS, namespace).await {
         Err(why) => render::denied(&why),
         Ok(descriptions) => {
@@ -691,7 +698,6 @@ async fn cluster_page(
             render::descriptions(&rows, false)
         }
     };
-    main.push_str(&render::section("deployed", "Deployed here", &deployed));
     let events = match readable_events(hub, user, namespace).await {
         Err(why) => render::denied(&why),
         Ok(events) => render::events(&rows::event_rows(
@@ -701,8 +707,13 @@ async fn cluster_page(
             EVENTS_SHOWN,
         )),
     };
-    main.push_str(&render::section("events", "Recent events", &events));
-    (StatusCode::OK, doc(&main))
+    let main = html! {
+        (row)
+        (facts)
+        (render::section("deployed", "Deployed here", deployed))
+        (render::section("events", "Recent events", events))
+    };
+    (StatusCode::OK, doc(main))
 }
 
 /// `subscription?namespace=NS&name=NAME[&explain=1]`: one Subscription, its Bases and
@@ -728,7 +739,7 @@ async fn subscription_page(
             EVENTS.resource,
         ]
     };
-    let doc = |main: &str| {
+    let doc = |main: Markup| {
         render::document(
             &Doc {
                 page: Page::Subscriptions,
@@ -742,11 +753,11 @@ async fn subscription_page(
     };
     let sub = match one::<Subscription>(hub, user, SUBSCRIPTIONS, namespace, name).await {
         Ok(s) => s,
-        Err((code, main)) => return (code, doc(&main)),
+        Err((code, main)) => return (code, doc(main)),
     };
     let now = Timestamp::now();
     let uid = sub.uid().unwrap_or_default();
-    let mut main = render::subscriptions_table(&[rows::subscription_row(&sub)]);
+    let row = render::subscriptions_table(&[rows::subscription_row(&sub)]);
 
     // Bases and Descriptions live in the clusters' namespaces: listing them needs every namespace
     let bases = readable::<Base>(hub, user, BASES, "").await.map(|bases| {
@@ -768,28 +779,31 @@ async fn subscription_page(
             render::descriptions(&rows, true)
         }
     };
-    main.push_str(&render::section(
-        "deployed",
-        "Bases and Descriptions per cluster",
-        &deployed,
-    ));
 
-    let mut placement = match sub.status.as_ref().and_then(|s| s.last_decision.as_deref()) {
+    let decision = match sub.status.as_ref().and_then(|s| s.last_decision.as_deref()) {
         Some(d) => render::preformatted(&crate::plugin::placement::render_decision(d)),
-        None => "<p class=\"empty\">The scheduler has kept no decision for it (not scheduled \
-                 yet, or its CRD predates status.lastDecision).</p>\n"
-            .to_string(),
+        None => html! {
+            p class="empty" {
+                "The scheduler has kept no decision for it (not scheduled yet, or its CRD \
+                 predates status.lastDecision)."
+            }
+            "\n"
+        },
     };
-    if explain {
-        placement.push_str(&explain_now(hub, user, namespace, name).await);
+    let what_if = if explain {
+        explain_now(hub, user, namespace, name).await
     } else {
-        placement.push_str(&format!(
-            "<p><a href=\"{}&amp;explain=1\">Explain its placement now</a> (the placement \
-             what-if over the parent's current state; the page then stops updating).</p>\n",
-            render::detail_link("subscription", namespace, name)
-        ));
-    }
-    main.push_str(&render::section("placement", "Placement", &placement));
+        html! {
+            p {
+                a href={ (render::detail_link("subscription", namespace, name)) "&explain=1" } {
+                    "Explain its placement now"
+                }
+                " (the placement what-if over the parent's current state; the page then stops \
+                 updating)."
+            }
+            "\n"
+        }
+    };
 
     let base_uids: BTreeSet<String> = bases.iter().flatten().filter_map(|b| b.uid()).collect();
     let events = match readable_events(hub, user, "").await {
@@ -808,13 +822,18 @@ async fn subscription_page(
             EVENTS_SHOWN,
         )),
     };
-    main.push_str(&render::section("events", "Recent events", &events));
-    (StatusCode::OK, doc(&main))
+    let main = html! {
+        (row)
+        (render::section("deployed", "Bases and Descriptions per cluster", deployed))
+        (render::section("placement", "Placement", html! { (decision) (what_if) }))
+        (render::section("events", "Recent events", events))
+    };
+    (StatusCode::OK, doc(main))
 }
 
 /// The placement what-if of the Subscription `namespace/name`, as the caller: what
 /// `kubectl clusternet placement subscription NAME` prints.
-async fn explain_now(hub: &Hub, user: &UserInfo, namespace: &str, name: &str) -> String {
+async fn explain_now(hub: &Hub, user: &UserInfo, namespace: &str, name: &str) -> Markup {
     let reviews = Kind {
         group: placement_api::GROUP,
         version: placement_api::VERSION,
@@ -828,10 +847,10 @@ async fn explain_now(hub: &Hub, user: &UserInfo, namespace: &str, name: &str) ->
         ..PlacementReviewSpec::default()
     };
     match super::placement::review_placement(hub, user, namespace, &spec).await {
-        Err(e) => format!(
-            "<p class=\"denied\" role=\"alert\">The placement what-if failed: {}</p>\n",
-            render::escape(&e.message)
-        ),
+        Err(e) => html! {
+            p class="denied" role="alert" { "The placement what-if failed: " (e.message) }
+            "\n"
+        },
         Ok(status) => {
             let mut text = format!("Scheduled now:\n\n{}", status.explanation.table());
             if let Some(change) = crate::plugin::placement::would_change_text(status.would_change) {

@@ -1,9 +1,12 @@
 //! The dashboard's HTML, rendered on the server from plain rows (the pages work without their
 //! one script, which only keeps them current; the Content-Security-Policy allows no inline
-//! script). Everything that comes from an object is escaped here, at the one place text becomes
-//! HTML.
+//! script). Every page is built with maud's `html!`, which escapes by construction whatever is
+//! spliced into text or an attribute: text from an object cannot become markup. Pieces of a page
+//! pass between functions as [`Markup`] (what `html!` made), never as strings of HTML.
 
 use std::fmt::Write;
+
+use maud::{DOCTYPE, Markup, html};
 
 /// Which list a document is (or belongs to, for a detail page), for the navigation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,32 +57,25 @@ pub const PAGE_SIZE: usize = 100;
 /// The rows of page `page` (1-based; out of range = the last) of `total`, and the navigation
 /// between pages (empty when one page holds them all); `base` is the list's path with its
 /// filter (`clusters`, `clusters?q=gold`).
-pub fn pager(total: usize, page: usize, base: &str) -> (std::ops::Range<usize>, String) {
+pub fn pager(total: usize, page: usize, base: &str) -> (std::ops::Range<usize>, Markup) {
     let pages = total.div_ceil(PAGE_SIZE).max(1);
     let page = page.clamp(1, pages);
     let range = (page - 1) * PAGE_SIZE..(page * PAGE_SIZE).min(total);
     if pages == 1 {
-        return (range, String::new());
+        return (range, html! {});
     }
     let sep = if base.contains('?') { '&' } else { '?' };
     let link = |n: usize, rel: &str, text: &str| {
-        format!(
-            " · <a href=\"{}\" rel=\"{rel}\">{text}</a>",
-            escape(&format!("{base}{sep}page={n}"))
-        )
+        html! { " · " a href={ (base) (sep) "page=" (n) } rel=(rel) { (text) } }
     };
-    let mut nav = format!(
-        "<nav class=\"pager\">{}-{} of {total} · page {page} of {pages}",
-        range.start + 1,
-        range.end
-    );
-    if page > 1 {
-        nav.push_str(&link(page - 1, "prev", "previous"));
-    }
-    if page < pages {
-        nav.push_str(&link(page + 1, "next", "next"));
-    }
-    nav.push_str("</nav>\n");
+    let nav = html! {
+        nav class="pager" {
+            (range.start + 1) "-" (range.end) " of " (total) " · page " (page) " of " (pages)
+            @if page > 1 { (link(page - 1, "prev", "previous")) }
+            @if page < pages { (link(page + 1, "next", "next")) }
+        }
+        "\n"
+    };
     (range, nav)
 }
 
@@ -98,38 +94,30 @@ pub fn filtered_path(page: Page, q: &str) -> String {
 }
 
 /// What a filtered list says above its rows: how many of all match.
-pub fn filter_summary(page: Page, q: &str, matching: usize, total: usize) -> String {
-    if q.is_empty() {
-        return String::new();
+pub fn filter_summary(page: Page, q: &str, matching: usize, total: usize) -> Markup {
+    html! {
+        @if !q.is_empty() {
+            p class="summary" {
+                (matching) " of " (total) " match \u{201c}" (q) "\u{201d} · "
+                a href=(page.path()) { "show all" }
+            }
+            "\n"
+        }
     }
-    format!(
-        "<p class=\"summary\">{matching} of {total} match \u{201c}{}\u{201d} · \
-         <a href=\"{}\">show all</a></p>\n",
-        escape(q),
-        page.path()
-    )
 }
 
-/// The relative link to the detail page `page` (`cluster`, `subscription`) of `namespace/name`,
-/// escaped for an attribute.
+/// The relative link to the detail page `page` (`cluster`, `subscription`) of `namespace/name`:
+/// a URL, its query percent-encoded; `html!` escapes it (the `&`) where it becomes an attribute.
 pub fn detail_link(page: &str, namespace: &str, name: &str) -> String {
     use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
     let q = |v: &str| utf8_percent_encode(v, NON_ALPHANUMERIC).to_string();
-    escape(&format!(
-        "{page}?namespace={}&name={}",
-        q(namespace),
-        q(name)
-    ))
+    format!("{page}?namespace={}&name={}", q(namespace), q(name))
 }
 
 /// The detail link of a `namespace/name` key (a binding cluster, a Description's Subscription).
-fn key_link(page: &str, key: &str) -> String {
+fn key_link(page: &str, key: &str) -> Markup {
     let (ns, name) = key.split_once('/').unwrap_or(("", key));
-    format!(
-        "<a href=\"{}\">{}</a>",
-        detail_link(page, ns, name),
-        escape(key)
-    )
+    html! { a href=(detail_link(page, ns, name)) { (key) } }
 }
 
 /// One resource of a cluster, in milli-units (cpu: millicores, memory: milli-bytes).
@@ -184,22 +172,6 @@ pub struct SubscriptionRow {
     pub conditions: Vec<String>,
 }
 
-/// `&`, `<`, `>`, `"` and `'` escaped: text and attribute values alike.
-pub fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 /// What a document is: the list it belongs to, its title, who reads it, the kinds whose changes
 /// it shows (the script fetches it again when the event stream names one; none keeps the page
 /// as it is) and, for a list, its filter.
@@ -216,54 +188,58 @@ pub struct Doc<'a> {
 /// under `pages/`, details take a query): the parent's aggregator rewrites absolute paths in
 /// HTML to its own address, which the browser of `kubectl clusternet dashboard` cannot use, and
 /// leaves relative ones. The filter box sits outside `main`, which the script replaces.
-pub fn document(doc: &Doc<'_>, main: &str) -> String {
-    let nav: String = Page::ALL
-        .iter()
-        .map(|p| {
-            format!(
-                "<a href=\"{}\"{}>{}</a>",
-                p.path(),
-                if *p == doc.page {
-                    " aria-current=\"page\""
-                } else {
-                    ""
-                },
-                p.title()
-            )
-        })
-        .collect();
-    let filter = doc.filter.map_or_else(String::new, |q| {
-        format!(
-            "<form class=\"filter\" action=\"{}\" method=\"get\" role=\"search\">\
-             <input type=\"search\" name=\"q\" value=\"{}\" \
-             placeholder=\"name, namespace, label=value\" aria-label=\"Filter\">\
-             <button type=\"submit\">Filter</button></form>\n",
-            doc.page.path(),
-            escape(q)
-        )
-    });
-    format!(
-        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <title>{title} · Clusternet</title>\
-         <link rel=\"stylesheet\" href=\"assets/dashboard.css\">\
-         <script src=\"assets/dashboard.js\" defer></script></head>\
-         <body><header><span class=\"brand\">Clusternet</span><nav>{nav}</nav>\
-         <span class=\"user\">{user}</span></header>\n<div class=\"page\"><h1>{title}</h1>\n\
-         {filter}<main id=\"main\" data-kinds=\"{kinds}\">\n{main}</main></div></body></html>\n",
-        title = escape(doc.title),
-        user = escape(doc.user),
-        kinds = escape(&doc.kinds.join(",")),
-    )
+pub fn document(doc: &Doc<'_>, main: Markup) -> String {
+    html! {
+        (DOCTYPE) "\n"
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (doc.title) " · Clusternet" }
+                link rel="stylesheet" href="assets/dashboard.css";
+                script src="assets/dashboard.js" defer {}
+            }
+            body {
+                header {
+                    span class="brand" { "Clusternet" }
+                    nav {
+                        @for p in Page::ALL {
+                            a href=(p.path()) aria-current=[(p == doc.page).then_some("page")] {
+                                (p.title())
+                            }
+                        }
+                    }
+                    span class="user" { (doc.user) }
+                }
+                "\n"
+                div class="page" {
+                    h1 { (doc.title) }
+                    "\n"
+                    @if let Some(q) = doc.filter {
+                        form class="filter" action=(doc.page.path()) method="get" role="search" {
+                            input type="search" name="q" value=(q)
+                                placeholder="name, namespace, label=value" aria-label="Filter";
+                            button type="submit" { "Filter" }
+                        }
+                        "\n"
+                    }
+                    main id="main" data-kinds=(doc.kinds.join(",")) { "\n" (main) }
+                }
+            }
+        }
+        "\n"
+    }
+    .into_string()
 }
 
 /// What a user who may not read a page's objects sees instead of them.
-pub fn denied(message: &str) -> String {
-    format!(
-        "<p class=\"denied\" role=\"alert\">You may not see this page's objects in the parent \
-         cluster: {}</p>\n",
-        escape(message)
-    )
+pub fn denied(message: &str) -> Markup {
+    html! {
+        p class="denied" role="alert" {
+            "You may not see this page's objects in the parent cluster: " (message)
+        }
+        "\n"
+    }
 }
 
 /// `3.5` cores from millicores.
@@ -289,9 +265,9 @@ fn gib(milli: i128) -> String {
 
 /// A resource cell: a bar of what is allocatable (or used, when the agent reports usage) of the
 /// capacity, and the figures.
-fn resource_cell(r: &Resource, unit: fn(i128) -> String, name: &str) -> String {
+fn resource_cell(r: &Resource, unit: fn(i128) -> String, name: &str) -> Markup {
     let Some(capacity) = r.capacity.filter(|c| *c > 0) else {
-        return "<td class=\"num\">-</td>".into();
+        return html! { td class="num" { "-" } };
     };
     let (value, what) = match (r.used, r.allocatable) {
         (Some(u), _) => (u, "used"),
@@ -302,11 +278,13 @@ fn resource_cell(r: &Resource, unit: fn(i128) -> String, name: &str) -> String {
     if let (Some(_), Some(a)) = (r.used, r.allocatable) {
         let _ = write!(text, " ({} allocatable)", unit(a));
     }
-    format!(
-        "<td class=\"num\"><meter min=\"0\" max=\"{capacity}\" value=\"{value}\" \
-         title=\"{name}: {t}\"></meter> <span>{t}</span></td>",
-        t = escape(&text)
-    )
+    html! {
+        td class="num" {
+            meter min="0" max=(capacity) value=(value) title={ (name) ": " (text) } {}
+            " "
+            span { (text) }
+        }
+    }
 }
 
 fn age(seconds: i64) -> String {
@@ -321,145 +299,123 @@ fn age(seconds: i64) -> String {
 
 /// The Clusters page's content: `rows` (one page of them, `nav` between pages) of `total`
 /// ManagedClusters, `ready` of which are Ready.
-pub fn clusters(rows: &[ClusterRow], ready: usize, total: usize, nav: &str) -> String {
+pub fn clusters(rows: &[ClusterRow], ready: usize, total: usize, nav: &Markup) -> Markup {
     if total == 0 {
-        return "<p class=\"empty\">No ManagedClusters yet: register a child cluster with \
-                its agent and a bootstrap token.</p>\n"
-            .into();
+        return html! {
+            p class="empty" {
+                "No ManagedClusters yet: register a child cluster with its agent and a bootstrap \
+                 token."
+            }
+            "\n"
+        };
     }
-    let mut out = format!(
-        "<p class=\"summary\">{ready} of {total} clusters ready.</p>\n{nav}{}",
-        clusters_table(rows)
-    );
-    out.push_str(nav);
-    out
+    list_page(
+        &format!("{ready} of {total} clusters ready."),
+        nav,
+        clusters_table(rows),
+    )
 }
 
 /// The table of ManagedClusters (the Clusters page's, a cluster page's one row).
-pub fn clusters_table(rows: &[ClusterRow]) -> String {
-    let mut out = "<table id=\"clusters\">\
-         <thead><tr><th>Cluster</th><th>State</th><th>Heartbeat</th><th>Sync mode</th>\
-         <th>Kubernetes</th><th>CPU</th><th>Memory</th><th>Labels</th><th>Taints</th>\
-         <th>Tunnel</th></tr></thead><tbody>\n"
-        .to_string();
-    for r in rows {
-        let state = match r.ready.as_str() {
-            "True" => "Ready".to_string(),
-            "" => "Unknown".to_string(),
-            _ if r.ready_reason.is_empty() => "NotReady".to_string(),
-            _ => format!("NotReady ({})", r.ready_reason),
-        };
-        let state_class = if r.ready == "True" {
-            "ready"
-        } else {
-            "not-ready"
-        };
-        let labels: String = r
-            .labels
-            .iter()
-            .map(|(k, v)| format!("<span class=\"chip\">{}={}</span>", escape(k), escape(v)))
-            .collect();
-        let taints: String = r
-            .taints
-            .iter()
-            .map(|t| format!("<span class=\"chip taint\">{}</span>", escape(t)))
-            .collect();
-        let _ = writeln!(
-            out,
-            "<tr data-cluster=\"{ns}/{name}\" class=\"{state_class}\">\
-             <td title=\"cluster ID {id}\"><a href=\"{link}\"><strong>{name}</strong></a><br>\
-             <small>{ns}</small></td>\
-             <td class=\"state\">{state}</td><td>{hb}</td><td>{mode}</td><td>{version}</td>\
-             {cpu}{memory}<td>{labels}</td><td>{taints}</td><td>{tunnel}</td></tr>",
-            ns = escape(&r.namespace),
-            name = escape(&r.name),
-            id = escape(&r.cluster_id),
-            link = detail_link("cluster", &r.namespace, &r.name),
-            state = escape(&state),
-            hb = r.heartbeat_age.map_or_else(|| "never".to_string(), age),
-            mode = escape(&r.sync_mode),
-            version = escape(&r.k8s_version),
-            cpu = resource_cell(&r.cpu, cores, "CPU cores"),
-            memory = resource_cell(&r.memory, gib, "memory"),
-            tunnel = if r.tunnel { "connected" } else { "-" },
-        );
+pub fn clusters_table(rows: &[ClusterRow]) -> Markup {
+    let head = html! {
+        th { "Cluster" } th { "State" } th { "Heartbeat" } th { "Sync mode" } th { "Kubernetes" }
+        th { "CPU" } th { "Memory" } th { "Labels" } th { "Taints" } th { "Tunnel" }
+    };
+    let rows: Vec<Markup> = rows.iter().map(cluster_tr).collect();
+    rows_table("clusters", head, &rows)
+}
+
+fn cluster_tr(r: &ClusterRow) -> Markup {
+    let state = match r.ready.as_str() {
+        "True" => "Ready".to_string(),
+        "" => "Unknown".to_string(),
+        _ if r.ready_reason.is_empty() => "NotReady".to_string(),
+        _ => format!("NotReady ({})", r.ready_reason),
+    };
+    let state_class = if r.ready == "True" {
+        "ready"
+    } else {
+        "not-ready"
+    };
+    html! {
+        tr data-cluster={ (r.namespace) "/" (r.name) } class=(state_class) {
+            td title={ "cluster ID " (r.cluster_id) } {
+                a href=(detail_link("cluster", &r.namespace, &r.name)) { strong { (r.name) } }
+                br;
+                small { (r.namespace) }
+            }
+            td class="state" { (state) }
+            td { (r.heartbeat_age.map_or_else(|| "never".to_string(), age)) }
+            td { (r.sync_mode) }
+            td { (r.k8s_version) }
+            (resource_cell(&r.cpu, cores, "CPU cores"))
+            (resource_cell(&r.memory, gib, "memory"))
+            td { @for (k, v) in &r.labels { span class="chip" { (k) "=" (v) } } }
+            td { @for t in &r.taints { span class="chip taint" { (t) } } }
+            td { (if r.tunnel { "connected" } else { "-" }) }
+        }
     }
-    out.push_str("</tbody></table>\n");
-    out
 }
 
 /// The Subscriptions page's content: `rows` (one page, `nav` between pages) of `total`.
-pub fn subscriptions(rows: &[SubscriptionRow], total: usize, nav: &str) -> String {
+pub fn subscriptions(rows: &[SubscriptionRow], total: usize, nav: &Markup) -> Markup {
     if total == 0 {
-        return "<p class=\"empty\">No Subscriptions yet.</p>\n".into();
+        return html! { p class="empty" { "No Subscriptions yet." } "\n" };
     }
-    let mut out = format!(
-        "<p class=\"summary\">{total} Subscriptions.</p>\n{nav}{}",
-        subscriptions_table(rows)
-    );
-    out.push_str(nav);
-    out
+    list_page(
+        &format!("{total} Subscriptions."),
+        nav,
+        subscriptions_table(rows),
+    )
 }
 
 /// The table of Subscriptions (the Subscriptions page's, a Subscription page's one row).
-pub fn subscriptions_table(rows: &[SubscriptionRow]) -> String {
-    let mut out = "<table id=\"subscriptions\">\
-         <thead><tr><th>Subscription</th><th>Strategy</th><th>Feeds</th>\
-         <th>Clusters (ready feeds, replicas)</th><th>Conditions</th></tr></thead><tbody>\n"
-        .to_string();
-    for r in rows {
-        let feeds: String = r
-            .feeds
-            .iter()
-            .map(|f| format!("<div>{}</div>", escape(f)))
-            .collect();
-        let bound: String = if r.bound.is_empty() {
-            "<span class=\"empty\">not bound</span>".into()
-        } else {
-            r.bound
-                .iter()
-                .map(|b| {
-                    let replicas: String = b
-                        .replicas
-                        .iter()
-                        .map(|(feed, n)| format!(" · {n} of {}", escape(feed)))
-                        .collect();
-                    let class = if b.feeds > 0 && b.available == b.feeds {
-                        "ready"
-                    } else {
-                        "not-ready"
-                    };
-                    format!(
-                        "<div class=\"bound {class}\" data-cluster=\"{c}\"><meter min=\"0\" \
-                         max=\"{max}\" value=\"{a}\"></meter> {link}: <span class=\"count\">{a}/{f} \
-                         ready</span>{replicas}</div>",
-                        c = escape(&b.cluster),
-                        link = key_link("cluster", &b.cluster),
-                        a = b.available,
-                        f = b.feeds,
-                        max = b.feeds.max(1),
-                    )
-                })
-                .collect()
-        };
-        let conditions: String = r
-            .conditions
-            .iter()
-            .map(|c| format!("<div>{}</div>", escape(c)))
-            .collect();
-        let _ = writeln!(
-            out,
-            "<tr data-subscription=\"{ns}/{name}\"><td><a href=\"{link}\"><strong>{name}\
-             </strong></a><br><small>{ns}</small></td><td>{strategy}</td><td>{feeds}</td>\
-             <td>{bound}</td><td>{conditions}</td></tr>",
-            ns = escape(&r.namespace),
-            name = escape(&r.name),
-            link = detail_link("subscription", &r.namespace, &r.name),
-            strategy = escape(&r.strategy),
-        );
+pub fn subscriptions_table(rows: &[SubscriptionRow]) -> Markup {
+    let head = html! {
+        th { "Subscription" } th { "Strategy" } th { "Feeds" }
+        th { "Clusters (ready feeds, replicas)" } th { "Conditions" }
+    };
+    let rows: Vec<Markup> = rows.iter().map(subscription_tr).collect();
+    rows_table("subscriptions", head, &rows)
+}
+
+fn subscription_tr(r: &SubscriptionRow) -> Markup {
+    html! {
+        tr data-subscription={ (r.namespace) "/" (r.name) } {
+            td {
+                a href=(detail_link("subscription", &r.namespace, &r.name)) { strong { (r.name) } }
+                br;
+                small { (r.namespace) }
+            }
+            td { (r.strategy) }
+            td { @for f in &r.feeds { div { (f) } } }
+            td {
+                @if r.bound.is_empty() { span class="empty" { "not bound" } }
+                @for b in &r.bound { (bound_cluster(b)) }
+            }
+            td { @for c in &r.conditions { div { (c) } } }
+        }
     }
-    out.push_str("</tbody></table>\n");
-    out
+}
+
+/// A binding cluster in a Subscription's row: a bar of its ready feeds, and its replicas.
+fn bound_cluster(b: &BoundCluster) -> Markup {
+    let class = if b.feeds > 0 && b.available == b.feeds {
+        "bound ready"
+    } else {
+        "bound not-ready"
+    };
+    html! {
+        div class=(class) data-cluster=(b.cluster) {
+            meter min="0" max=(b.feeds.max(1)) value=(b.available) {}
+            " "
+            (key_link("cluster", &b.cluster))
+            ": "
+            span class="count" { (b.available) "/" (b.feeds) " ready" }
+            @for (feed, n) in &b.replicas { " · " (n) " of " (feed) }
+        }
+    }
 }
 
 /// One applied object of a Description, with its status in the child.
@@ -569,41 +525,33 @@ pub struct ClusterFacts {
 }
 
 /// A cluster page's facts and conditions.
-pub fn cluster_facts(f: &ClusterFacts) -> String {
-    let facts: String = f
-        .facts
-        .iter()
-        .map(|(k, v)| format!("<dt>{}</dt><dd>{}</dd>", escape(k), escape(v)))
-        .collect();
-    let conditions: Vec<String> = f
+pub fn cluster_facts(f: &ClusterFacts) -> Markup {
+    let conditions: Vec<Markup> = f
         .conditions
         .iter()
         .map(|c| {
-            format!(
-                "<tr class=\"{class}\"><td>{type_}</td><td>{status}</td><td>{reason}</td>\
-                 <td>{message}</td><td>{age}</td></tr>\n",
-                class = phase_class(&c.status),
-                type_ = escape(&c.type_),
-                status = escape(&c.status),
-                reason = escape(&c.reason),
-                message = escape(&c.message),
-                age = age_cell(c.age),
-            )
+            html! {
+                tr class=(phase_class(&c.status)) {
+                    td { (c.type_) }
+                    td { (c.status) }
+                    td { (c.reason) }
+                    td { (c.message) }
+                    td { (age_cell(c.age)) }
+                }
+            }
         })
         .collect();
-    format!(
-        "<dl class=\"facts\">{facts}</dl>\n{}",
-        section(
-            "conditions",
-            "Conditions",
-            &table(
-                "conditions",
-                &["Type", "Status", "Reason", "Message", "Since"],
-                &conditions,
-                "The agent has not reported yet.",
-            ),
-        )
-    )
+    let conditions = table(
+        "conditions",
+        &["Type", "Status", "Reason", "Message", "Since"],
+        &conditions,
+        "The agent has not reported yet.",
+    );
+    html! {
+        dl class="facts" { @for (k, v) in &f.facts { dt { (k) } dd { (v) } } }
+        "\n"
+        (section("conditions", "Conditions", conditions))
+    }
 }
 
 /// `1 Base`, `2 Bases`.
@@ -621,26 +569,36 @@ fn age_cell(age: Option<i64>) -> String {
 
 /// A table: `id`, its header cells, and its rows (each a `<tr>`), or `empty` when there are
 /// none.
-fn table(id: &str, headers: &[&str], rows: &[String], empty: &str) -> String {
+fn table(id: &str, headers: &[&str], rows: &[Markup], empty: &str) -> Markup {
     if rows.is_empty() {
-        return format!("<p class=\"empty\">{}</p>\n", escape(empty));
+        return html! { p class="empty" { (empty) } "\n" };
     }
-    let head: String = headers
-        .iter()
-        .map(|h| format!("<th>{}</th>", escape(h)))
-        .collect();
-    format!(
-        "<table id=\"{id}\"><thead><tr>{head}</tr></thead><tbody>\n{}</tbody></table>\n",
-        rows.concat()
-    )
+    rows_table(id, html! { @for h in headers { th { (h) } } }, rows)
+}
+
+/// A table of `rows` (each a `<tr>`) under the header cells `head`, even when there are none.
+fn rows_table(id: &str, head: Markup, rows: &[Markup]) -> Markup {
+    html! {
+        table id=(id) {
+            thead { tr { (head) } }
+            tbody {
+                "\n"
+                @for r in rows { (r) "\n" }
+            }
+        }
+        "\n"
+    }
 }
 
 /// A list page: the summary, the pages' navigation around the table.
-fn list_page(summary: &str, nav: &str, table: &str) -> String {
-    format!(
-        "<p class=\"summary\">{}</p>\n{nav}{table}{nav}",
-        escape(summary)
-    )
+fn list_page(summary: &str, nav: &Markup, table: Markup) -> Markup {
+    html! {
+        p class="summary" { (summary) }
+        "\n"
+        (nav)
+        (table)
+        (nav)
+    }
 }
 
 /// The class of a phase or result: ready (green), failed (red), or pending.
@@ -654,59 +612,8 @@ fn phase_class(phase: &str) -> &'static str {
 
 /// Descriptions with each object's status; `by_cluster` leads with the cluster (a
 /// Subscription's page) rather than the Subscription (a cluster's page).
-pub fn descriptions(rows: &[DescriptionRow], by_cluster: bool) -> String {
-    let body: Vec<String> = rows
-        .iter()
-        .map(|d| {
-            let objects: String = d
-                .objects
-                .iter()
-                .map(|o| {
-                    let drift = o.drift.as_ref().map_or_else(String::new, |d| {
-                        format!(" <span class=\"chip taint\">{}</span>", escape(d))
-                    });
-                    format!(
-                        "<div>{}: <span class=\"status\">{}</span>{drift}</div>",
-                        escape(&o.object),
-                        escape(&o.status)
-                    )
-                })
-                .collect();
-            let objects = if objects.is_empty() {
-                "<span class=\"empty\">no status reported yet</span>".to_string()
-            } else {
-                objects
-            };
-            let first = if by_cluster {
-                format!(
-                    "<td>{}<br><small>{}/{}</small></td>",
-                    escape(&d.cluster),
-                    escape(&d.namespace),
-                    escape(&d.base)
-                )
-            } else if d.subscription.is_empty() {
-                "<td>-</td>".to_string()
-            } else {
-                format!("<td>{}</td>", key_link("subscription", &d.subscription))
-            };
-            let reason = if d.reason.is_empty() {
-                String::new()
-            } else {
-                format!("<br><small>{}</small>", escape(&d.reason))
-            };
-            format!(
-                "<tr data-description=\"{ns}/{name}\" class=\"{class}\">{first}<td>{name}<br>\
-                 <small>{deployer}, {age}</small></td><td class=\"state\">{phase}{reason}</td>\
-                 <td>{objects}</td></tr>\n",
-                ns = escape(&d.namespace),
-                name = escape(&d.name),
-                class = phase_class(&d.phase),
-                deployer = escape(&d.deployer),
-                age = age_cell(d.age),
-                phase = escape(&d.phase),
-            )
-        })
-        .collect();
+pub fn descriptions(rows: &[DescriptionRow], by_cluster: bool) -> Markup {
+    let body: Vec<Markup> = rows.iter().map(|d| description_tr(d, by_cluster)).collect();
     let first = if by_cluster {
         "Cluster (Base)"
     } else {
@@ -720,30 +627,55 @@ pub fn descriptions(rows: &[DescriptionRow], by_cluster: bool) -> String {
     )
 }
 
+fn description_tr(d: &DescriptionRow, by_cluster: bool) -> Markup {
+    html! {
+        tr data-description={ (d.namespace) "/" (d.name) } class=(phase_class(&d.phase)) {
+            @if by_cluster {
+                td { (d.cluster) br; small { (d.namespace) "/" (d.base) } }
+            } @else if d.subscription.is_empty() {
+                td { "-" }
+            } @else {
+                td { (key_link("subscription", &d.subscription)) }
+            }
+            td { (d.name) br; small { (d.deployer) ", " (age_cell(d.age)) } }
+            td class="state" {
+                (d.phase)
+                @if !d.reason.is_empty() { br; small { (d.reason) } }
+            }
+            td {
+                @for o in &d.objects {
+                    div {
+                        (o.object) ": " span class="status" { (o.status) }
+                        @if let Some(drift) = &o.drift { " " span class="chip taint" { (drift) } }
+                    }
+                }
+                @if d.objects.is_empty() {
+                    span class="empty" { "no status reported yet" }
+                }
+            }
+        }
+    }
+}
+
 /// Recent events, newest first.
-pub fn events(rows: &[EventRow]) -> String {
-    let body: Vec<String> = rows
+pub fn events(rows: &[EventRow]) -> Markup {
+    let body: Vec<Markup> = rows
         .iter()
         .map(|e| {
-            let count = if e.count > 1 {
-                format!(" (x{})", e.count)
+            let class = if e.type_ == "Warning" {
+                "not-ready"
             } else {
-                String::new()
+                "ready"
             };
-            format!(
-                "<tr class=\"{class}\"><td>{age}{count}</td><td>{type_}</td><td>{reason}</td>\
-                 <td>{object}</td><td>{message}</td></tr>\n",
-                class = if e.type_ == "Warning" {
-                    "not-ready"
-                } else {
-                    "ready"
-                },
-                age = age_cell(e.age),
-                type_ = escape(&e.type_),
-                reason = escape(&e.reason),
-                object = escape(&e.object),
-                message = escape(&e.message),
-            )
+            html! {
+                tr class=(class) {
+                    td { (age_cell(e.age)) @if e.count > 1 { " (x" (e.count) ")" } }
+                    td { (e.type_) }
+                    td { (e.reason) }
+                    td { (e.object) }
+                    td { (e.message) }
+                }
+            }
         })
         .collect();
     table(
@@ -756,66 +688,34 @@ pub fn events(rows: &[EventRow]) -> String {
 
 /// A section of a detail page: a heading and its content (a table, or the reason it is not
 /// shown).
-pub fn section(id: &str, heading: &str, content: &str) -> String {
-    format!(
-        "<section id=\"{id}\"><h2>{}</h2>\n{content}</section>\n",
-        escape(heading)
-    )
+pub fn section(id: &str, heading: &str, content: Markup) -> Markup {
+    html! {
+        section id=(id) { h2 { (heading) } "\n" (content) }
+        "\n"
+    }
 }
 
 /// A block of preformatted text (the scheduler's explanation, in the words the command prints).
-pub fn preformatted(text: &str) -> String {
-    format!("<pre>{}</pre>\n", escape(text))
+pub fn preformatted(text: &str) -> Markup {
+    html! { pre { (text) } "\n" }
 }
 
 /// The Registrations page's content.
-pub fn registrations(rows: &[RegistrationRow], total: usize, nav: &str) -> String {
+pub fn registrations(rows: &[RegistrationRow], total: usize, nav: &Markup) -> Markup {
     if total == 0 {
-        return "<p class=\"empty\">No ClusterRegistrationRequests: no agent has asked to \
-                register yet.</p>\n"
-            .into();
+        return html! {
+            p class="empty" {
+                "No ClusterRegistrationRequests: no agent has asked to register yet."
+            }
+            "\n"
+        };
     }
     let approved = rows.iter().filter(|r| r.result == "Approved").count();
-    let body: Vec<String> = rows
-        .iter()
-        .map(|r| {
-            let result = if r.error.is_empty() {
-                escape(&r.result)
-            } else {
-                format!(
-                    "{}<br><small>{}</small>",
-                    escape(&r.result),
-                    escape(&r.error)
-                )
-            };
-            let cluster = if r.managed_cluster.is_empty() {
-                "-".to_string()
-            } else {
-                format!(
-                    "<a href=\"{}\">{}/{}</a>",
-                    detail_link("cluster", &r.namespace, &r.managed_cluster),
-                    escape(&r.namespace),
-                    escape(&r.managed_cluster)
-                )
-            };
-            format!(
-                "<tr data-registration=\"{name}\" class=\"{class}\"><td>{name}</td>\
-                 <td>{cluster_name}<br><small>{id}</small></td><td>{type_}</td><td>{mode}</td>\
-                 <td class=\"state\">{result}</td><td>{cluster}</td><td>{age}</td></tr>\n",
-                name = escape(&r.name),
-                class = phase_class(&r.result),
-                cluster_name = escape(&r.cluster_name),
-                id = escape(&r.cluster_id),
-                type_ = escape(&r.cluster_type),
-                mode = escape(&r.sync_mode),
-                age = age_cell(r.age),
-            )
-        })
-        .collect();
+    let body: Vec<Markup> = rows.iter().map(registration_tr).collect();
     list_page(
         &format!("{total} registration requests; {approved} approved on this page."),
         nav,
-        &table(
+        table(
             "registrations",
             &[
                 "Request",
@@ -832,56 +732,49 @@ pub fn registrations(rows: &[RegistrationRow], total: usize, nav: &str) -> Strin
     )
 }
 
+fn registration_tr(r: &RegistrationRow) -> Markup {
+    html! {
+        tr data-registration=(r.name) class=(phase_class(&r.result)) {
+            td { (r.name) }
+            td { (r.cluster_name) br; small { (r.cluster_id) } }
+            td { (r.cluster_type) }
+            td { (r.sync_mode) }
+            td class="state" {
+                (r.result)
+                @if !r.error.is_empty() { br; small { (r.error) } }
+            }
+            td {
+                @if r.managed_cluster.is_empty() {
+                    "-"
+                } @else {
+                    a href=(detail_link("cluster", &r.namespace, &r.managed_cluster)) {
+                        (r.namespace) "/" (r.managed_cluster)
+                    }
+                }
+            }
+            td { (age_cell(r.age)) }
+        }
+    }
+}
+
 /// How many of the Subscriptions using a Manifest its row links to.
 const MANIFEST_USERS_SHOWN: usize = 3;
 
 /// The Manifests page's content.
-pub fn manifests(rows: &[ManifestRow], total: usize, nav: &str) -> String {
+pub fn manifests(rows: &[ManifestRow], total: usize, nav: &Markup) -> Markup {
     if total == 0 {
-        return "<p class=\"empty\">No Manifests: objects applied through the shadow API are \
-                stored as Manifests.</p>\n"
-            .into();
+        return html! {
+            p class="empty" {
+                "No Manifests: objects applied through the shadow API are stored as Manifests."
+            }
+            "\n"
+        };
     }
-    let body: Vec<String> = rows
-        .iter()
-        .map(|m| {
-            let used = match m.subscriptions.as_deref() {
-                None => "<span class=\"empty\">not shown (you may not list Subscriptions)</span>"
-                    .to_string(),
-                Some([]) => "<span class=\"empty\">no Subscription</span>".to_string(),
-                Some(subs) => {
-                    let links: Vec<String> = subs
-                        .iter()
-                        .take(MANIFEST_USERS_SHOWN)
-                        .map(|k| key_link("subscription", k))
-                        .collect();
-                    let more = subs.len().saturating_sub(MANIFEST_USERS_SHOWN);
-                    let more = if more > 0 {
-                        format!(" and {more} more")
-                    } else {
-                        String::new()
-                    };
-                    format!(
-                        "{}: {}{more}",
-                        plural(subs.len(), "Subscription"),
-                        links.join(", ")
-                    )
-                }
-            };
-            format!(
-                "<tr data-manifest=\"{name}\"><td>{object}<br><small>{version}</small></td>\
-                 <td>{name}</td><td>{used}</td><td>{age}</td></tr>\n",
-                name = escape(&m.name),
-                object = escape(&m.object),
-                version = escape(&m.api_version),
-                age = age_cell(m.age),
-            )
-        })
-        .collect();
+    let body: Vec<Markup> = rows.iter().map(manifest_tr).collect();
     list_page(
         &format!("{total} Manifests."),
         nav,
-        &table(
+        table(
             "manifests",
             &["Object", "Manifest", "Referenced by", "Age"],
             &body,
@@ -890,38 +783,41 @@ pub fn manifests(rows: &[ManifestRow], total: usize, nav: &str) -> String {
     )
 }
 
-/// The HelmCharts page's content.
-pub fn helmcharts(rows: &[HelmChartRow], total: usize, nav: &str) -> String {
-    if total == 0 {
-        return "<p class=\"empty\">No HelmCharts yet.</p>\n".into();
+fn manifest_tr(m: &ManifestRow) -> Markup {
+    html! {
+        tr data-manifest=(m.name) {
+            td { (m.object) br; small { (m.api_version) } }
+            td { (m.name) }
+            td {
+                @match m.subscriptions.as_deref() {
+                    None => span class="empty" { "not shown (you may not list Subscriptions)" },
+                    Some([]) => span class="empty" { "no Subscription" },
+                    Some(subs) => {
+                        (plural(subs.len(), "Subscription")) ": "
+                        @for (i, key) in subs.iter().take(MANIFEST_USERS_SHOWN).enumerate() {
+                            @if i > 0 { ", " }
+                            (key_link("subscription", key))
+                        }
+                        @let more = subs.len().saturating_sub(MANIFEST_USERS_SHOWN);
+                        @if more > 0 { " and " (more) " more" }
+                    },
+                }
+            }
+            td { (age_cell(m.age)) }
+        }
     }
-    let body: Vec<String> = rows
-        .iter()
-        .map(|c| {
-            let phase = match (c.phase.as_str(), c.reason.is_empty()) {
-                ("", _) => "not checked yet".to_string(),
-                (p, true) => escape(p),
-                (p, false) => format!("{}<br><small>{}</small>", escape(p), escape(&c.reason)),
-            };
-            format!(
-                "<tr data-helmchart=\"{ns}/{name}\" class=\"{class}\"><td><strong>{name}</strong>\
-                 <br><small>{ns}</small></td><td>{chart} {version}<br><small>{repo}</small></td>\
-                 <td>{target}</td><td class=\"state\">{phase}</td><td>{age}</td></tr>\n",
-                ns = escape(&c.namespace),
-                name = escape(&c.name),
-                class = phase_class(&c.phase),
-                chart = escape(&c.chart),
-                version = escape(&c.version),
-                repo = escape(&c.repo),
-                target = escape(&c.target_namespace),
-                age = age_cell(c.age),
-            )
-        })
-        .collect();
+}
+
+/// The HelmCharts page's content.
+pub fn helmcharts(rows: &[HelmChartRow], total: usize, nav: &Markup) -> Markup {
+    if total == 0 {
+        return html! { p class="empty" { "No HelmCharts yet." } "\n" };
+    }
+    let body: Vec<Markup> = rows.iter().map(helmchart_tr).collect();
     list_page(
         &format!("{total} HelmCharts."),
         nav,
-        &table(
+        table(
             "helmcharts",
             &["HelmChart", "Chart", "Target namespace", "Phase", "Age"],
             &body,
@@ -930,15 +826,35 @@ pub fn helmcharts(rows: &[HelmChartRow], total: usize, nav: &str) -> String {
     )
 }
 
+fn helmchart_tr(c: &HelmChartRow) -> Markup {
+    html! {
+        tr data-helmchart={ (c.namespace) "/" (c.name) } class=(phase_class(&c.phase)) {
+            td { strong { (c.name) } br; small { (c.namespace) } }
+            td { (c.chart) " " (c.version) br; small { (c.repo) } }
+            td { (c.target_namespace) }
+            td class="state" {
+                @if c.phase.is_empty() {
+                    "not checked yet"
+                } @else {
+                    (c.phase)
+                    @if !c.reason.is_empty() { br; small { (c.reason) } }
+                }
+            }
+            td { (age_cell(c.age)) }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn object_text_cannot_become_markup() {
+        let hostile = "<script>alert('x')</script> & \"q\"";
         assert_eq!(
-            escape("<script>alert('x')</script> & \"q\""),
-            "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;q&quot;"
+            preformatted(hostile).into_string(),
+            "<pre>&lt;script&gt;alert('x')&lt;/script&gt; &amp; &quot;q&quot;</pre>\n"
         );
         let row = ClusterRow {
             namespace: "ns".into(),
@@ -946,9 +862,109 @@ mod tests {
             labels: vec![("a\"b".into(), "<v>".into())],
             ..ClusterRow::default()
         };
-        let html = clusters(&[row], 0, 1, "");
+        let html = clusters(&[row], 0, 1, &html! {}).into_string();
         assert!(!html.contains("<img"), "{html}");
         assert!(html.contains("&lt;img src=x&gt;") && html.contains("a&quot;b=&lt;v&gt;"));
+        // in an attribute too: the value cannot end it
+        let html = document(
+            &Doc {
+                page: Page::Clusters,
+                title: hostile,
+                user: hostile,
+                kinds: &[],
+                filter: Some(hostile),
+            },
+            denied(hostile),
+        );
+        assert!(!html.contains("<script>alert"), "{html}");
+        assert!(
+            html.contains("value=\"&lt;script&gt;alert('x')&lt;/script&gt; &amp; &quot;q&quot;\"")
+        );
+    }
+
+    /// A value unlike any other in the row (`field` tells which), that would be markup and end
+    /// an attribute if it were not escaped.
+    fn hostile(field: &str) -> String {
+        format!("<script>{field}('\"&')</script>")
+    }
+
+    /// How [`hostile`] reads once escaped.
+    fn escaped(field: &str) -> String {
+        format!("&lt;script&gt;{field}('&quot;&amp;')&lt;/script&gt;")
+    }
+
+    /// Every field, escaped, and nothing of them raw.
+    fn only_escaped(html: &str, fields: &[&str]) {
+        assert!(!html.contains("<script"), "{html}");
+        assert!(!html.contains("('\""), "a quote left raw: {html}");
+        for f in fields {
+            assert!(html.contains(&escaped(f)), "{f} not shown escaped: {html}");
+        }
+    }
+
+    #[test]
+    fn every_field_of_a_cluster_and_a_subscription_row_is_escaped() {
+        let cluster = ClusterRow {
+            namespace: hostile("namespace"),
+            name: hostile("name"),
+            cluster_id: hostile("cluster_id"),
+            ready: hostile("ready"),
+            ready_reason: hostile("ready_reason"),
+            heartbeat_age: Some(5),
+            sync_mode: hostile("sync_mode"),
+            k8s_version: hostile("k8s_version"),
+            cpu: Resource {
+                capacity: Some(2000),
+                allocatable: Some(1000),
+                used: Some(500),
+            },
+            memory: Resource::default(),
+            labels: vec![(hostile("label_key"), hostile("label_value"))],
+            taints: vec![hostile("taint")],
+            tunnel: false,
+        };
+        let html = clusters(&[cluster], 0, 1, &html! {}).into_string();
+        // `ready` is not shown itself: a value other than True or empty reads NotReady (reason)
+        only_escaped(
+            &html,
+            &[
+                "namespace",
+                "name",
+                "cluster_id",
+                "ready_reason",
+                "sync_mode",
+                "k8s_version",
+                "label_key",
+                "label_value",
+                "taint",
+            ],
+        );
+        let subscription = SubscriptionRow {
+            namespace: hostile("namespace"),
+            name: hostile("name"),
+            strategy: hostile("strategy"),
+            feeds: vec![hostile("feed")],
+            bound: vec![BoundCluster {
+                cluster: hostile("cluster"),
+                replicas: vec![(hostile("replica_feed"), 2)],
+                available: 1,
+                feeds: 1,
+            }],
+            conditions: vec![hostile("condition")],
+        };
+        let html = subscriptions(&[subscription], 1, &html! {}).into_string();
+        only_escaped(
+            &html,
+            &[
+                "namespace",
+                "name",
+                "strategy",
+                "feed",
+                "cluster",
+                "replica_feed",
+                "condition",
+            ],
+        );
     }
 
     #[test]
@@ -976,7 +992,7 @@ mod tests {
             tunnel: true,
             ..ClusterRow::default()
         };
-        let html = clusters(&[row], 0, 1, "");
+        let html = clusters(&[row], 0, 1, &html! {}).into_string();
         for want in [
             "0 of 1 clusters ready",
             "data-cluster=\"clusternet-abc/child1\" class=\"not-ready\"",
@@ -990,7 +1006,11 @@ mod tests {
         ] {
             assert!(html.contains(want), "{want:?} missing from {html}");
         }
-        assert!(clusters(&[], 0, 0, "").contains("No ManagedClusters yet"));
+        assert!(
+            clusters(&[], 0, 0, &html! {})
+                .into_string()
+                .contains("No ManagedClusters yet")
+        );
     }
 
     #[test]
@@ -1016,7 +1036,7 @@ mod tests {
             ],
             conditions: vec!["FeedsResolved=True (AllFeedsFound)".into()],
         };
-        let html = subscriptions(&[row], 1, "");
+        let html = subscriptions(&[row], 1, &html! {}).into_string();
         for want in [
             "data-subscription=\"demo/app\"",
             "class=\"bound ready\" data-cluster=\"ns1/child1\"",
@@ -1039,7 +1059,7 @@ mod tests {
                 kinds: &["subscriptions"],
                 filter: Some("tier=gold"),
             },
-            "<p>x</p>",
+            html! { p { "x" } },
         );
         // the filter box is outside the part the script replaces, and submits to the list
         assert!(html.contains(
@@ -1059,23 +1079,27 @@ mod tests {
         );
         assert!(html.contains("<script src=\"assets/dashboard.js\" defer></script>"));
         assert!(html.contains("<span class=\"user\">alice</span>"));
+        assert!(html.contains("<p>x</p></main>"), "{html}");
     }
 
     #[test]
     fn lists_are_paged_with_relative_links() {
         let (range, nav) = pager(250, 2, "clusters");
+        let nav = nav.into_string();
         assert_eq!(range, 100..200);
         assert!(nav.contains("101-200 of 250 · page 2 of 3"), "{nav}");
         assert!(nav.contains("<a href=\"clusters?page=1\" rel=\"prev\">"));
         assert!(nav.contains("<a href=\"clusters?page=3\" rel=\"next\">"));
         // past the end: the last page
         assert_eq!(pager(250, 9, "clusters").0, 200..250);
-        assert_eq!(pager(0, 1, "clusters"), (0..0, String::new()));
-        assert_eq!(pager(100, 1, "clusters"), (0..100, String::new()));
+        let (range, nav) = pager(0, 1, "clusters");
+        assert_eq!((range, nav.into_string()), (0..0, String::new()));
+        let (range, nav) = pager(100, 1, "clusters");
+        assert_eq!((range, nav.into_string()), (0..100, String::new()));
         // a filtered list keeps its filter from page to page
         let base = filtered_path(Page::Clusters, "tier=gold e2e");
         assert_eq!(base, "clusters?q=tier%3Dgold%20e2e");
-        let (_, nav) = pager(250, 1, &base);
+        let nav = pager(250, 1, &base).1.into_string();
         assert!(
             nav.contains("href=\"clusters?q=tier%3Dgold%20e2e&amp;page=2\""),
             "{nav}"
@@ -1086,10 +1110,13 @@ mod tests {
     fn detail_links_encode_their_query() {
         assert_eq!(
             detail_link("cluster", "clusternet-abc", "child1"),
-            "cluster?namespace=clusternet%2Dabc&amp;name=child1"
+            "cluster?namespace=clusternet%2Dabc&name=child1"
         );
-        assert!(!detail_link("cluster", "a&b", "<x>").contains('<'));
-        let html = key_link("subscription", "demo/app");
+        let hostile = detail_link("cluster", "a&b", "<x>\"");
+        assert!(!hostile.contains(['<', '"']), "{hostile}");
+        assert!(hostile.contains("namespace=a%26b&name="), "{hostile}");
+        // the `&` between the parameters is escaped where the link becomes an attribute
+        let html = key_link("subscription", "demo/app").into_string();
         assert_eq!(
             html,
             "<a href=\"subscription?namespace=demo&amp;name=app\">demo/app</a>"
@@ -1114,7 +1141,7 @@ mod tests {
                 drift: None,
             }],
         };
-        let on_cluster = descriptions(std::slice::from_ref(&row), false);
+        let on_cluster = descriptions(std::slice::from_ref(&row), false).into_string();
         for want in [
             "class=\"not-ready\"",
             "href=\"subscription?namespace=demo&amp;name=app\"",
@@ -1126,10 +1153,14 @@ mod tests {
                 "{want:?} missing from {on_cluster}"
             );
         }
-        let on_subscription = descriptions(&[row], true);
+        let on_subscription = descriptions(&[row], true).into_string();
         assert!(on_subscription.contains("child1<br><small>clusternet-abc/app-base</small>"));
-        assert!(descriptions(&[], false).contains("Nothing is deployed here yet."));
-        assert!(events(&[]).contains("No recent events."));
+        assert!(
+            descriptions(&[], false)
+                .into_string()
+                .contains("Nothing is deployed here yet.")
+        );
+        assert!(events(&[]).into_string().contains("No recent events."));
     }
 
     #[test]
@@ -1149,7 +1180,7 @@ mod tests {
                 ..RegistrationRow::default()
             },
         ];
-        let html = registrations(&rows, 2, "");
+        let html = registrations(&rows, 2, &html! {}).into_string();
         assert!(
             html.contains("2 registration requests; 1 approved"),
             "{html}"
