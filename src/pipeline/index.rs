@@ -89,3 +89,15 @@ pub fn manifest_feed_keys(m: &Manifest) -> Vec<String> {
         _ => Vec::new(),
     }
 }
+
+/// The Subscription a Base or a Description names through its `config.subscription.*` labels,
+/// as `(namespace, name)`.
+pub fn subscription_named(
+    labels: &std::collections::BTreeMap<String, String>,
+) -> Option<(String, String)> {
+    crate::runtime::controller::labelled(
+        labels,
+        known::CONFIG_SUBSCRIPTION_NAMESPACE_LABEL,
+        known::CONFIG_SUBSCRIPTION_NAME_LABEL,
+    )
+}

@@ -23,9 +23,7 @@ use crate::apis::{
     Subscription,
 };
 use crate::runtime::cache::Index;
-use crate::runtime::controller::{
-    ApiFailure, ReconcileError, labelled, named_by, recheck, through_index,
-};
+use crate::runtime::controller::{ApiFailure, ReconcileError, named_by, recheck, through_index};
 use crate::runtime::events::Events;
 use crate::runtime::{Runtime, apply};
 
@@ -90,11 +88,7 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         move |s: &Subscription, m: &Manifest| feeds::uses(s, m, &reserved),
     );
     let from_descs = named_by(descs.subscribe(), |d: &Description| {
-        labelled(
-            d.labels(),
-            known::CONFIG_SUBSCRIPTION_NAMESPACE_LABEL,
-            known::CONFIG_SUBSCRIPTION_NAME_LABEL,
-        )
+        index::subscription_named(d.labels())
     });
     let ctx = Arc::new(Ctx {
         events: Events::new(

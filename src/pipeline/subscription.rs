@@ -31,7 +31,7 @@ use crate::apis::{
 };
 use crate::kube_ext::random_suffix;
 use crate::runtime::cache::{Expectations, Index, Shared};
-use crate::runtime::controller::{ApiFailure, ReconcileError, labelled, named_by, recheck};
+use crate::runtime::controller::{ApiFailure, ReconcileError, named_by, recheck};
 use crate::runtime::events::Events;
 use crate::runtime::{Runtime, api_code, apply};
 
@@ -104,11 +104,7 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     let namespaces = rt.cache.watch::<Namespace>();
     let clusters = rt.cache.watch::<ManagedCluster>();
     let from_bases = named_by(bases.subscribe(), |b: &Base| {
-        labelled(
-            b.labels(),
-            known::CONFIG_SUBSCRIPTION_NAMESPACE_LABEL,
-            known::CONFIG_SUBSCRIPTION_NAME_LABEL,
-        )
+        index::subscription_named(b.labels())
     });
     let ctx = Arc::new(Ctx {
         events: Events::new(
