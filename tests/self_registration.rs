@@ -5,7 +5,8 @@ mod support;
 
 use std::time::Duration;
 
-use clusternet::apis::ManagedCluster;
+use clusternet::apis::{ManagedCluster, known};
+use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, ListParams};
 use support::{Clusternet, TestEnv, wait_for};
 
@@ -15,6 +16,9 @@ async fn one_process_with_every_role_registers_the_parent_as_a_child() {
     env.with_controller(); // CRDs; its approver and this process's share the one controller Lease
     let parent = env.parent().await;
     let name = format!("parent-{}", &uuid::Uuid::new_v4().simple().to_string()[..6]);
+    // the API server's seconds: a cluster created in this second counts as this run's
+    let started =
+        k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(1);
     let all_in_one = Clusternet::start(
         "all-in-one",
         &[
@@ -29,6 +33,22 @@ async fn one_process_with_every_role_registers_the_parent_as_a_child() {
             "--cluster-status-collect-frequency=500ms",
         ],
     );
+    // the cluster is found by its ID, the UID of the agent's Lease in the child (here the
+    // parent): in an environment an earlier run used, that Lease and its registration (under
+    // the earlier run's name) are still there, and the agent takes that cluster up again
+    let leases: Api<Lease> = Api::namespaced(parent.clone(), known::CLUSTERNET_SYSTEM_NAMESPACE);
+    let cluster_id = wait_for("the agent's Lease", Duration::from_secs(30), || async {
+        let lease = leases
+            .get_opt(known::CLUSTERNET_AGENT_LEASE_NAME)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| all_in_one.log_text())?;
+        lease
+            .metadata
+            .uid
+            .ok_or_else(|| "a Lease without uid".to_string())
+    })
+    .await;
     let mc = wait_for(
         "the parent's own ManagedCluster to be Ready",
         Duration::from_secs(30),
@@ -36,7 +56,7 @@ async fn one_process_with_every_role_registers_the_parent_as_a_child() {
             let list = Api::<ManagedCluster>::all(parent.clone())
                 .list(
                     &ListParams::default()
-                        .labels(&format!("clusters.clusternet.io/cluster-name={name}")),
+                        .labels(&format!("{}={cluster_id}", known::CLUSTER_ID_LABEL)),
                 )
                 .await
                 .map_err(|e| e.to_string())?;
@@ -57,6 +77,21 @@ async fn one_process_with_every_role_registers_the_parent_as_a_child() {
         },
     )
     .await;
+    // a cluster this run registered carries the name it asked for
+    let registered_now = mc
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .is_some_and(|t| t.0 >= started);
+    if registered_now {
+        assert_eq!(
+            mc.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(known::CLUSTER_NAME_LABEL)),
+            Some(&name)
+        );
+    }
     let status = mc.status.unwrap_or_default();
     assert_eq!(status.k8s_version, "v1.36.3");
     assert_eq!(
