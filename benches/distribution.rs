@@ -2,7 +2,9 @@
 //! Subscription to its object existing in every bound child (p50/p99 over 100 Subscriptions, Pull
 //! and Push), and the API writes one feed update costs per cluster (from the API servers' own
 //! `apiserver_request_total`, counting only Clusternet's pipeline kinds in the parent and the
-//! applied kind in the children). Run with `just bench`.
+//! applied kind in the children). Run with `just bench`. With `CLUSTERNET_BENCH_METRICS=1` it
+//! also prints, after each mode, the controller's work-queue, reconcile and client-request series
+//! (cumulative since it started): where the objects waited, and for what.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -153,7 +155,7 @@ async fn run(
 #[tokio::main]
 async fn main() {
     let env = TestEnv::get();
-    env.with_controller();
+    let controller = env.with_controller();
     let id = uid();
     let pull = register(
         env,
@@ -192,5 +194,19 @@ async fn main() {
             percentile(&times, 0.5).as_secs_f64(),
             percentile(&times, 0.99).as_secs_f64()
         );
+        if std::env::var_os("CLUSTERNET_BENCH_METRICS").is_some() {
+            for l in controller.metrics_text().await.lines() {
+                if (l.starts_with("workqueue_")
+                    && ["_sum", "_count", "adds", "retries"]
+                        .iter()
+                        .any(|s| l.contains(s)))
+                    || l.starts_with("controller_runtime_reconcile_total")
+                    || l.starts_with("clusternet_controller_reconcile_errors_total")
+                    || l.starts_with("rest_client_requests_total")
+                {
+                    println!("  {mode} {l}");
+                }
+            }
+        }
     }
 }

@@ -367,11 +367,14 @@ where
             after,
             triggers,
         } = self;
-        let queue = Arc::new(WorkQueue::new(
-            name,
-            backlog_slots(concurrency),
-            "clusternet_controller_backlog_objects",
-        ));
+        let queue = Arc::new(
+            WorkQueue::new(
+                name,
+                backlog_slots(concurrency),
+                "clusternet_controller_backlog_objects",
+            )
+            .newest_first(PATIENCE),
+        );
         // the changes are followed from the start (a store of our own fills from them)
         let feeder = {
             let (queue, store) = (queue.clone(), source.store.clone());
@@ -563,6 +566,11 @@ where
         None => ObjectRef::new_with(key, dyntype.clone()),
     }
 }
+
+/// How long a controller's key may wait before it goes ahead of newer ones (the queue hands out
+/// newest first, see [`WorkQueue::newest_first`]): long enough that a burst is taken newest first,
+/// short enough that under a sustained stream of changes no object waits much longer than this.
+const PATIENCE: Duration = Duration::from_secs(30);
 
 /// Backlog keys out at once: all workers but one, so a change never waits for a backlog reconcile
 /// to end (at least one, or a controller of one worker would never see its backlog).

@@ -1,14 +1,24 @@
 //! The one work queue of the process, as client-go's workqueue with two lanes: keys
 //! (`namespace/name`), each queued at most once, handed out by lane (what changed while the
 //! process runs before the backlog it found when it started or won leadership), then priority
-//! (higher first), then arrival. A key can wait out a delay before it joins (a retry's backoff, a
+//! (higher first), then arrival (oldest first; newest first in a controller's live lane, below).
+//! A key can wait out a delay before it joins (a retry's backoff, a
 //! periodic recheck); a direct add makes it active at once. A key being worked on is never handed
 //! out twice: added meanwhile, it comes back once it is done. At most `backlog_limit` backlog keys
 //! are out at once, so a change always finds a free worker instead of waiting behind 10,000
 //! objects looked at again after a restart. The controllers ([`super::controller`]) and the
 //! scheduler both run on it; it keeps client-go's `workqueue_*{name}` series.
+//!
+//! A controller's queue hands out its live keys newest first ([`WorkQueue::newest_first`]): under
+//! a burst, the object that just changed (most often its own write coming back: a finalizer
+//! added, a Base created, a status written) goes on through the pipeline's stages instead of
+//! waiting for every stage of every object queued before it, which is what client-go's FIFO does
+//! and what the median object pays for when the API server's rate limit is the bottleneck.
+//! kube-runtime's scheduler, which our controllers ran on before, also hands out what is due
+//! mostly newest first (its delay queue's slots are stacks). A key that has waited longer than
+//! the queue's patience goes ahead of the newest, oldest first, so nothing starves.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -21,27 +31,54 @@ pub enum Lane {
     Backlog,
 }
 
+/// Within a lane and priority: the keys that waited past the queue's patience first (oldest
+/// first), then the others (newest first in a newest-first queue's live lane, else oldest first).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum Turn {
+    Overdue,
+    Waiting,
+}
+
 /// Where a key is, for those that are anywhere.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Queued {
     lane: Lane,
     /// Negated priority, so the set's first element is the highest.
     rank: i64,
+    turn: Turn,
+    /// When it joined, as the queue counts: its order within its turn.
+    arrival: u64,
+    /// Its place within its turn: `arrival`, or its complement when newest go first.
     seq: u64,
     since: Instant,
 }
 
+impl Queued {
+    fn slot(&self, key: &str) -> Slot {
+        (self.lane, self.rank, self.turn, self.seq, key.to_string())
+    }
+}
+
+/// (lane, -priority, turn, place, key): the order keys are handed out in.
+type Slot = (Lane, i64, Turn, u64, String);
+
 #[derive(Default)]
 struct State {
-    /// (lane, -priority, arrival, key): the first element is handed out next.
-    active: BTreeSet<(Lane, i64, u64, String)>,
+    /// The first element is handed out next.
+    active: BTreeSet<Slot>,
     queued: HashMap<String, Queued>,
+    /// Backlog keys among the queued ones.
+    queued_backlog: usize,
     /// Keys waiting out a delay, and when they are due.
     delayed: HashMap<String, Instant>,
     /// Keys handed out and not done yet, with their lane and when they were handed out.
     processing: HashMap<String, (Lane, Instant)>,
     /// Keys added while being worked on: queued again (lane, priority) once done.
     dirty: HashMap<String, (Lane, i64)>,
+    /// Newest first: how long a key may wait before it goes ahead of the newer ones.
+    patience: Option<Duration>,
+    /// The live keys handed out newest first, by arrival: the oldest is the next to be overdue.
+    arrivals: BTreeMap<u64, String>,
     backlog_out: usize,
     seq: u64,
     closed: bool,
@@ -83,6 +120,13 @@ impl WorkQueue {
         }
     }
 
+    /// Live keys newest first, except those that have waited `patience` or longer: they go
+    /// first, oldest first.
+    pub fn newest_first(self, patience: Duration) -> Self {
+        self.lock().patience = Some(patience);
+        self
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -93,7 +137,7 @@ impl WorkQueue {
         self.series.adds.increment(1);
         let mut s = self.lock();
         s.delayed.remove(key);
-        insert(&mut s, key, lane, -priority);
+        insert(&mut s, key, lane, -priority, Instant::now());
         self.gauge(&s);
         drop(s);
         self.notify.notify_one();
@@ -125,9 +169,7 @@ impl WorkQueue {
     /// Forgets `key` wherever it waits (it is gone for good).
     pub fn remove(&self, key: &str) {
         let mut s = self.lock();
-        if let Some(q) = s.queued.remove(key) {
-            s.active.remove(&(q.lane, q.rank, q.seq, key.to_string()));
-        }
+        unqueue(&mut s, key);
         s.delayed.remove(key);
         s.dirty.remove(key);
         self.gauge(&s);
@@ -139,21 +181,23 @@ impl WorkQueue {
         let mut s = self.lock();
         let now = Instant::now();
         promote_due(&mut s, now);
-        let first = s.active.iter().next().cloned()?;
-        if first.0 == Lane::Backlog && s.backlog_out >= self.backlog_limit {
+        rescue_overdue(&mut s, now);
+        let (lane, key) = {
+            let first = s.active.first()?;
+            (first.0, first.4.clone())
+        };
+        if lane == Lane::Backlog && s.backlog_out >= self.backlog_limit {
             return None;
         }
-        s.active.remove(&first);
-        let key = first.3;
-        if let Some(q) = s.queued.remove(&key) {
+        if let Some(q) = unqueue(&mut s, &key) {
             self.series
                 .latency
                 .record(now.saturating_duration_since(q.since).as_secs_f64());
         }
-        if first.0 == Lane::Backlog {
+        if lane == Lane::Backlog {
             s.backlog_out += 1;
         }
-        s.processing.insert(key.clone(), (first.0, now));
+        s.processing.insert(key.clone(), (lane, now));
         self.gauge(&s);
         Some(key)
     }
@@ -161,7 +205,11 @@ impl WorkQueue {
     /// Waits for the next key; `None` once the queue is shut down.
     pub async fn pop(&self) -> Option<String> {
         loop {
+            // registered before looking, so an add between the look and the wait wakes this
+            // worker (an unregistered one would leave a second add of a burst to a single permit)
             let notified = self.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
             if self.lock().closed {
                 return None;
             }
@@ -185,14 +233,17 @@ impl WorkQueue {
     /// `key` (handed out by a pop) is done: a key added meanwhile is queued again.
     pub fn done(&self, key: &str) {
         let mut s = self.lock();
+        let now = Instant::now();
         if let Some((lane, since)) = s.processing.remove(key) {
-            self.series.work.record(since.elapsed().as_secs_f64());
+            self.series
+                .work
+                .record(now.saturating_duration_since(since).as_secs_f64());
             if lane == Lane::Backlog {
                 s.backlog_out = s.backlog_out.saturating_sub(1);
             }
         }
         if let Some((lane, rank)) = s.dirty.remove(key) {
-            insert(&mut s, key, lane, rank);
+            insert(&mut s, key, lane, rank, now);
         }
         self.gauge(&s);
         drop(s);
@@ -219,18 +270,64 @@ impl WorkQueue {
 
     fn gauge(&self, s: &State) {
         self.series.depth.set(s.queued.len() as f64);
-        let backlog = s
-            .queued
-            .values()
-            .filter(|q| q.lane == Lane::Backlog)
-            .count();
-        self.series.backlog.set(backlog as f64);
+        self.series.backlog.set(s.queued_backlog as f64);
     }
+}
+
+/// Moves the keys that have waited past the patience ahead of the newer ones.
+fn rescue_overdue(s: &mut State, now: Instant) {
+    let Some(patience) = s.patience else { return };
+    while let Some((&arrival, key)) = s.arrivals.first_key_value() {
+        let key = key.clone();
+        let Some(q) = s.queued.get(&key).copied() else {
+            s.arrivals.remove(&arrival);
+            continue;
+        };
+        if now.saturating_duration_since(q.since) < patience {
+            break;
+        }
+        unqueue(s, &key);
+        enqueue(
+            s,
+            &key,
+            Queued {
+                turn: Turn::Overdue,
+                ..q
+            },
+        );
+    }
+}
+
+/// Takes `key` out of the queued keys, if it is one.
+fn unqueue(s: &mut State, key: &str) -> Option<Queued> {
+    let q = s.queued.remove(key)?;
+    s.active.remove(&q.slot(key));
+    s.arrivals.remove(&q.arrival);
+    if q.lane == Lane::Backlog {
+        s.queued_backlog -= 1;
+    }
+    Some(q)
+}
+
+/// Queues `key` at its place (`q`'s `seq` is worked out here).
+fn enqueue(s: &mut State, key: &str, mut q: Queued) {
+    let newest_first = s.patience.is_some() && q.lane == Lane::Live && q.turn == Turn::Waiting;
+    q.seq = if newest_first {
+        s.arrivals.insert(q.arrival, key.to_string());
+        u64::MAX - q.arrival
+    } else {
+        q.arrival
+    };
+    s.active.insert(q.slot(key));
+    if q.lane == Lane::Backlog {
+        s.queued_backlog += 1;
+    }
+    s.queued.insert(key.to_string(), q);
 }
 
 /// Queues `key`, or keeps the better of its place and the new one; a key being worked on is
 /// marked to come back instead.
-fn insert(s: &mut State, key: &str, lane: Lane, rank: i64) {
+fn insert(s: &mut State, key: &str, lane: Lane, rank: i64, now: Instant) {
     if s.processing.contains_key(key) {
         let entry = s.dirty.entry(key.to_string()).or_insert((lane, rank));
         *entry = (entry.0.min(lane), entry.1.min(rank));
@@ -238,40 +335,39 @@ fn insert(s: &mut State, key: &str, lane: Lane, rank: i64) {
     }
     match s.queued.get(key).copied() {
         // as good or better where it is: keeps its place
-        Some(q) if q.lane <= lane && q.rank == rank => {}
+        Some(q) if q.lane <= lane && q.rank <= rank => {}
         Some(q) => {
-            s.active.remove(&(q.lane, q.rank, q.seq, key.to_string()));
-            // promoted from the backlog: it joins the live lane at its end
-            let (lane, seq) = if lane < q.lane {
+            unqueue(s, key);
+            let (lane, rank) = (q.lane.min(lane), q.rank.min(rank));
+            // promoted from the backlog: it joins the live lane as its newest
+            let arrival = if lane < q.lane {
                 s.seq += 1;
-                (lane, s.seq)
+                s.seq
             } else {
-                (q.lane, q.seq)
+                q.arrival
             };
-            s.active.insert((lane, rank, seq, key.to_string()));
-            s.queued.insert(
-                key.to_string(),
+            enqueue(
+                s,
+                key,
                 Queued {
                     lane,
                     rank,
-                    seq,
-                    since: q.since,
+                    arrival,
+                    ..q
                 },
             );
         }
         None => {
             s.seq += 1;
-            let seq = s.seq;
-            s.active.insert((lane, rank, seq, key.to_string()));
-            s.queued.insert(
-                key.to_string(),
-                Queued {
-                    lane,
-                    rank,
-                    seq,
-                    since: Instant::now(),
-                },
-            );
+            let q = Queued {
+                lane,
+                rank,
+                turn: Turn::Waiting,
+                arrival: s.seq,
+                seq: 0,
+                since: now,
+            };
+            enqueue(s, key, q);
         }
     }
 }
@@ -291,7 +387,7 @@ fn promote_due(s: &mut State, now: Instant) {
     for key in due {
         s.delayed.remove(&key);
         if !s.queued.contains_key(&key) {
-            insert(s, &key, Lane::Live, 0);
+            insert(s, &key, Lane::Live, 0, now);
         }
     }
 }
@@ -394,6 +490,104 @@ mod tests {
         q.remove("ns/b");
         q.done("ns/b");
         assert!(q.is_empty());
+    }
+
+    #[test]
+    fn a_lower_priority_add_keeps_the_better_place() {
+        let q = queue(1);
+        q.add("ns/a", Lane::Live, 10);
+        q.add("ns/b", Lane::Live, 5);
+        q.add("ns/a", Lane::Live, 0);
+        assert_eq!(q.try_pop().as_deref(), Some("ns/a"));
+        assert_eq!(q.try_pop().as_deref(), Some("ns/b"));
+    }
+
+    #[test]
+    fn newest_first_in_the_live_lane_and_the_backlog_in_order() {
+        let q = queue(10).newest_first(Duration::from_secs(60));
+        for k in ["ns/a", "ns/b", "ns/c"] {
+            q.add(k, Lane::Live, 0);
+        }
+        for k in ["ns/old1", "ns/old2"] {
+            q.add(k, Lane::Backlog, 0);
+        }
+        assert_eq!(q.try_pop().as_deref(), Some("ns/c"));
+        q.done("ns/c");
+        // its own write comes back: it goes on before a and b start
+        q.add("ns/c", Lane::Live, 0);
+        // an add of a key already queued keeps its place
+        q.add("ns/a", Lane::Live, 0);
+        // changed while being worked on: back as the newest once done
+        assert_eq!(q.try_pop().as_deref(), Some("ns/c"));
+        q.add("ns/c", Lane::Live, 0);
+        q.add("ns/d", Lane::Live, 0);
+        q.done("ns/c");
+        // priority still comes first
+        q.add("ns/urgent", Lane::Live, 10);
+        let order: Vec<String> = std::iter::from_fn(|| q.try_pop()).collect();
+        assert_eq!(
+            order,
+            [
+                "ns/urgent",
+                "ns/c",
+                "ns/d",
+                "ns/b",
+                "ns/a",
+                "ns/old1",
+                "ns/old2"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_key_that_waited_past_the_patience_goes_first_oldest_first() {
+        let q = queue(1).newest_first(Duration::from_millis(30));
+        q.add("ns/a", Lane::Live, 0);
+        q.add("ns/b", Lane::Live, 0);
+        std::thread::sleep(Duration::from_millis(40));
+        q.add("ns/c", Lane::Live, 0);
+        q.add("ns/d", Lane::Live, 0);
+        let order: Vec<String> = std::iter::from_fn(|| q.try_pop()).collect();
+        assert_eq!(order, ["ns/a", "ns/b", "ns/d", "ns/c"]);
+        assert!(q.is_empty());
+        // a queue without newest-first is FIFO throughout
+        let q = queue(1);
+        for k in ["ns/a", "ns/b", "ns/c"] {
+            q.add(k, Lane::Live, 0);
+        }
+        let order: Vec<String> = std::iter::from_fn(|| q.try_pop()).collect();
+        assert_eq!(order, ["ns/a", "ns/b", "ns/c"]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_burst_keeps_every_waiting_worker_busy() {
+        // eight workers wait; a burst of adds from another task must reach them all, not one
+        let q = std::sync::Arc::new(queue(1));
+        let (busy, most) = (
+            std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+            std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+        );
+        let mut workers = tokio::task::JoinSet::new();
+        for _ in 0..8 {
+            let (q, busy, most) = (q.clone(), busy.clone(), most.clone());
+            workers.spawn(async move {
+                while let Some(k) = q.pop().await {
+                    let now = busy.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                    most.fetch_max(now, std::sync::atomic::Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    busy.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                    q.done(&k);
+                }
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        for i in 0..8 {
+            q.add(&format!("ns/k{i}"), Lane::Live, 0);
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert_eq!(most.load(std::sync::atomic::Ordering::SeqCst), 8);
+        q.shut_down();
+        while workers.join_next().await.is_some() {}
     }
 
     #[tokio::test]

@@ -610,6 +610,14 @@ pub struct ControllerHandle {
 }
 
 impl ControllerHandle {
+    /// The controller's whole `/metrics` page (empty if it cannot be read).
+    pub async fn metrics_text(&self) -> String {
+        http_get(self.health_port, "/metrics")
+            .await
+            .map(|(_, body)| body)
+            .unwrap_or_default()
+    }
+
     /// The value of a line of the controller's `/metrics` that starts with `prefix`.
     pub async fn metric(&self, prefix: &str) -> Option<f64> {
         let (_, body) = http_get(self.health_port, "/metrics").await.ok()?;
