@@ -10,16 +10,8 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, ListParams};
 use support::{Clusternet, TestEnv, wait_for};
 
-#[tokio::test]
-async fn one_process_with_every_role_registers_the_parent_as_a_child() {
-    let env = TestEnv::get();
-    env.with_controller(); // CRDs; its approver and this process's share the one controller Lease
-    let parent = env.parent().await;
-    let name = format!("parent-{}", &uuid::Uuid::new_v4().simple().to_string()[..6]);
-    // the API server's seconds: a cluster created in this second counts as this run's
-    let started =
-        k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(1);
-    let all_in_one = Clusternet::start(
+fn all_in_one(env: &TestEnv, name: &str) -> Clusternet {
+    Clusternet::start(
         "all-in-one",
         &[
             "--role=hub,scheduler,controller,agent",
@@ -32,17 +24,19 @@ async fn one_process_with_every_role_registers_the_parent_as_a_child() {
             "--leader-elect-retry-period=500ms",
             "--cluster-status-collect-frequency=500ms",
         ],
-    );
-    // the cluster is found by its ID, the UID of the agent's Lease in the child (here the
-    // parent): in an environment an earlier run used, that Lease and its registration (under
-    // the earlier run's name) are still there, and the agent takes that cluster up again
+    )
+}
+
+/// The cluster ID (the UID of the agent's Lease in the child, here the parent) and the Ready
+/// ManagedCluster carrying it.
+async fn ready_cluster(parent: &kube::Client, process: &Clusternet) -> (String, ManagedCluster) {
     let leases: Api<Lease> = Api::namespaced(parent.clone(), known::CLUSTERNET_SYSTEM_NAMESPACE);
     let cluster_id = wait_for("the agent's Lease", Duration::from_secs(30), || async {
         let lease = leases
             .get_opt(known::CLUSTERNET_AGENT_LEASE_NAME)
             .await
             .map_err(|e| e.to_string())?
-            .ok_or_else(|| all_in_one.log_text())?;
+            .ok_or_else(|| process.log_text())?;
         lease
             .metadata
             .uid
@@ -64,7 +58,7 @@ async fn one_process_with_every_role_registers_the_parent_as_a_child() {
                 .items
                 .into_iter()
                 .next()
-                .ok_or_else(|| all_in_one.log_text())?;
+                .ok_or_else(|| process.log_text())?;
             match mc
                 .status
                 .as_ref()
@@ -72,11 +66,28 @@ async fn one_process_with_every_role_registers_the_parent_as_a_child() {
                 .map(|c| c.status.clone())
             {
                 Some(s) if s == "True" => Ok(mc),
-                other => Err(format!("Ready {other:?}")),
+                other => Err(format!("Ready {other:?}\n{}", process.log_text())),
             }
         },
     )
     .await;
+    (cluster_id, mc)
+}
+
+#[tokio::test]
+async fn one_process_with_every_role_registers_the_parent_as_a_child() {
+    let env = TestEnv::get();
+    env.with_controller(); // CRDs; its approver and this process's share the one controller Lease
+    let parent = env.parent().await;
+    let name = format!("parent-{}", &uuid::Uuid::new_v4().simple().to_string()[..6]);
+    // the API server's seconds: a cluster created in this second counts as this run's
+    let started =
+        k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(1);
+    let mut first = all_in_one(env, &name);
+    // the cluster is found by its ID: in an environment an earlier run used, that Lease and its
+    // registration (under the earlier run's name) are still there, and the agent takes that
+    // cluster up again
+    let (cluster_id, mc) = ready_cluster(&parent, &first).await;
     // a cluster this run registered carries the name it asked for
     let registered_now = mc
         .metadata
@@ -99,4 +110,23 @@ async fn one_process_with_every_role_registers_the_parent_as_a_child() {
         Some("16"),
         "the parent's two fake nodes"
     );
+
+    // The agent's Lease deleted while the process is down: the next one is a new cluster (a new
+    // ID) whose stored credentials are still the old cluster's. They can read its new request
+    // but nothing in its new namespace: once the parent rejects them, the agent registers with
+    // the bootstrap token instead of taking them up again (it used to loop on them every 70 ms,
+    // never Ready).
+    first.kill();
+    Api::<Lease>::namespaced(parent.clone(), known::CLUSTERNET_SYSTEM_NAMESPACE)
+        .delete(known::CLUSTERNET_AGENT_LEASE_NAME, &Default::default())
+        .await
+        .expect("deleting the agent's Lease");
+    let second = all_in_one(env, &format!("{name}-again"));
+    let (again, _) = ready_cluster(&parent, &second).await;
+    assert_ne!(again, cluster_id, "a new Lease is a new cluster ID");
+    let rounds = second
+        .log_text()
+        .matches("pausing before registering again")
+        .count();
+    assert!(rounds <= 1, "{rounds} short rounds:\n{}", second.log_text());
 }

@@ -17,6 +17,24 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::runtime::Runtime;
+use crate::runtime::backoff::Exponential;
+
+/// A round (registration, then heartbeats) that the parent ends this soon after it began is a
+/// failure in a row: a parent that rejects credentials it has just issued (RBAC not in place yet,
+/// a registration deleted under a running agent) is asked again after a pause that doubles, not
+/// every few milliseconds.
+const SHORT_ROUND: Duration = Duration::from_secs(60);
+const ROUND_RETRY: Exponential = Exponential::new(Duration::from_secs(1), Duration::from_secs(60));
+
+/// The short rounds in a row after a round that lasted `lasted`, and the pause before the next.
+fn after_round(lasted: Duration, short_rounds: u32) -> (u32, Option<Duration>) {
+    if lasted < SHORT_ROUND {
+        let n = short_rounds.saturating_add(1);
+        (n, Some(ROUND_RETRY.after(n)))
+    } else {
+        (0, None)
+    }
+}
 
 /// The agent's leader work: register, then heartbeat, until `stop`.
 pub async fn lead(rt: &Runtime, lease_uid: &str, stop: CancellationToken) {
@@ -57,10 +75,13 @@ pub async fn lead(rt: &Runtime, lease_uid: &str, stop: CancellationToken) {
             }
         }
     }
+    let (mut short_rounds, mut rejected) = (0, None::<String>);
     while !stop.is_cancelled() {
-        let Some(reg) = registration::register(rt, &cluster_id, &stop).await else {
+        let Some(reg) = registration::register(rt, &cluster_id, rejected.as_deref(), &stop).await
+        else {
             return;
         };
+        let began = std::time::Instant::now();
         let round = stop.child_token();
         let publisher = {
             let (rt, reg, round) = (rt.clone(), reg.clone(), round.clone());
@@ -115,9 +136,37 @@ pub async fn lead(rt: &Runtime, lease_uid: &str, stop: CancellationToken) {
         if let Some(t) = tunnel {
             let _ = t.await;
         }
-        match ended {
+        // credentials the parent rejected are not taken up again from the Secret next round
+        rejected = match ended {
             Ok(()) => return,
-            Err(e) => status::log_end(&e),
+            Err(e) => {
+                status::log_end(&e);
+                matches!(e, status::HeartbeatEnd::CredentialsRejected).then(|| reg.token.clone())
+            }
+        };
+        let pause;
+        (short_rounds, pause) = after_round(began.elapsed(), short_rounds);
+        if let Some(pause) = pause {
+            warn!(rounds = short_rounds, pause = ?pause, "the parent ended this round soon after it began; pausing before registering again");
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(pause) => {}
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_rounds_in_a_row_pause_longer_and_a_long_round_resets() {
+        let s = Duration::from_secs;
+        assert_eq!(after_round(Duration::from_millis(70), 0), (1, Some(s(1))));
+        assert_eq!(after_round(s(5), 1), (2, Some(s(2))));
+        assert_eq!(after_round(s(5), 2), (3, Some(s(4))));
+        assert_eq!(after_round(s(5), 30), (31, Some(s(60))));
+        assert_eq!(after_round(s(3600), 31), (0, None));
     }
 }

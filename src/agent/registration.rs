@@ -178,15 +178,19 @@ pub fn check_settings(rt: &Runtime) -> Result<(), RegistrationError> {
 
 /// Registers (or confirms an earlier registration), retrying until it succeeds or `stop` fires.
 /// Errors are logged with what to do about them; a denied or rejected cluster keeps retrying slowly.
+/// `rejected`: the token the parent rejected in the round before, if it did; stored credentials
+/// carrying it are not tried again (they can still read the request, say, while they are another
+/// registration's and forbidden everywhere else).
 pub async fn register(
     rt: &Runtime,
     cluster_id: &str,
+    rejected: Option<&str>,
     stop: &CancellationToken,
 ) -> Option<Registration> {
     let mut attempt_no: u32 = 0;
     loop {
         attempt_no += 1;
-        let result = attempt(rt, cluster_id).await;
+        let result = attempt(rt, cluster_id, rejected).await;
         let wait = match result {
             Ok(reg) => {
                 info!(cluster_id, cluster = %reg.cluster_name, namespace = %reg.namespace, "registered with the parent");
@@ -232,7 +236,11 @@ fn crr_name(cluster_id: &str) -> String {
     format!("clusternet-{cluster_id}")
 }
 
-async fn attempt(rt: &Runtime, cluster_id: &str) -> Result<Registration, RegistrationError> {
+async fn attempt(
+    rt: &Runtime,
+    cluster_id: &str,
+    rejected: Option<&str>,
+) -> Result<Registration, RegistrationError> {
     check_settings(rt)?;
     let url = rt.config.cluster_reg_parent_url.clone().unwrap_or_default();
     let name = crr_name(cluster_id);
@@ -248,8 +256,12 @@ async fn attempt(rt: &Runtime, cluster_id: &str) -> Result<Registration, Registr
         let get = |k: &str| data.get(k).map(|b| b.0.clone()).unwrap_or_default();
         let stored_url =
             String::from_utf8_lossy(&get(known::CLUSTER_API_SERVER_URL_KEY)).to_string();
-        if stored_url == url {
-            let token = String::from_utf8_lossy(&get("token")).to_string();
+        let token = String::from_utf8_lossy(&get("token")).to_string();
+        if stored_url == url && rejected == Some(token.as_str()) {
+            info!(
+                "the parent rejected the stored credentials in the last round; registering again with the bootstrap token"
+            );
+        } else if stored_url == url {
             let ca = get("ca.crt");
             let client = runtime::token_client(&url, &token, Some(&ca))?;
             match Api::<ClusterRegistrationRequest>::all(client.clone())
