@@ -54,6 +54,11 @@ pub const CONFIG_SUBSCRIPTION_NAME_LABEL: &str = "apps.clusternet.io/subs.name";
 pub const CONFIG_SUBSCRIPTION_NAMESPACE_LABEL: &str = "apps.clusternet.io/subs.namespace";
 /// Longest Subscription name that is still copied into name labels of a Base.
 pub const MAX_SUBSCRIPTION_NAME_IN_LABELS: usize = 57;
+/// Label (beyond upstream): the content hash of a Subscription's ControllerRevision (the role of
+/// apps/v1's `controller-revision-hash`).
+pub const REVISION_HASH_LABEL: &str = "apps.clusternet.io/revision-hash";
+/// Annotation: kubectl's record of why a revision was made (`kubectl rollout history` shows it).
+pub const CHANGE_CAUSE_ANNOTATION: &str = "kubernetes.io/change-cause";
 
 /// Default prefix of node labels aggregated onto ManagedClusters.
 pub const NODE_LABELS_PREFIX: &str = "node.clusternet.io/";

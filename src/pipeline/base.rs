@@ -19,7 +19,6 @@ use std::time::Duration;
 use crate::runtime::controller::Action;
 use crate::runtime::controller::Controller;
 use crate::runtime::controller::{Event, finalizer};
-use futures::StreamExt;
 use k8s_openapi::ByteString;
 use kube::api::{Api, DeleteParams};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -28,15 +27,15 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::{feeds, index, overrides};
+use super::{feeds, index, overrides, triggers};
 use crate::apis::known;
 use crate::apis::{
     Base, ChartReference, Description, DescriptionDeployer, DescriptionSpec, Feed, FeedInventory,
-    Globalization, HelmChart, Localization, ManagedCluster, Manifest, OverridePolicy,
-    SchedulingStrategy, Subscription,
+    Globalization, HelmChart, Localization, ManagedCluster, Manifest, SchedulingStrategy,
+    Subscription,
 };
 use crate::runtime::cache::{Index, Shared};
-use crate::runtime::controller::{ApiFailure, ReconcileError, recheck, through_index};
+use crate::runtime::controller::{ApiFailure, ReconcileError, recheck};
 use crate::runtime::events::Events;
 use crate::runtime::{Runtime, api_code, apply};
 
@@ -108,6 +107,7 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         subscriptions: subs.store.clone(),
         inventories: inventories.store.clone(),
     });
+    let by_feed = index::bases_by_feed(&bases);
     Controller::new("base", &bases)
         .concurrency(8)
         // an empty cache that has not listed yet would look like "no Description": never
@@ -120,86 +120,14 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
             subs.listed(),
             inventories.listed(),
         ])
-        .triggered_by(on_manifests(&bases, &manifests))
-        .triggered_by(on_overrides(&bases, &locs, &globs))
-        .triggered_by(on_charts(&bases, &charts))
+        .triggered_by(triggers::on_manifests(by_feed.clone(), &manifests))
+        .triggered_by(triggers::on_overrides(by_feed.clone(), &locs, &globs))
+        .triggered_by(triggers::on_charts(by_feed, &charts))
         .run(stop, move |base| {
             let ctx = ctx.clone();
             async move { reconcile(&ctx, base).await }
         })
         .await;
-}
-
-/// A changed Manifest re-renders the Bases that list its feed (looked up by feed, then checked
-/// in full).
-fn on_manifests(
-    bases: &Shared<Base>,
-    manifests: &Shared<Manifest>,
-) -> impl futures::Stream<Item = ObjectRef<Base>> + Send + 'static {
-    through_index(
-        manifests.subscribe(),
-        index::bases_by_feed(bases),
-        index::manifest_feed_keys,
-        |b: &Base, m: &Manifest| b.spec.feeds.iter().any(|f| feeds::matches(f, m.labels())),
-    )
-}
-
-/// A changed override re-renders the Bases that list its feed: only ApplyNow overrides at once,
-/// ApplyLater ones wait for the next render (§5.1).
-fn on_overrides(
-    bases: &Shared<Base>,
-    locs: &Shared<Localization>,
-    globs: &Shared<Globalization>,
-) -> impl futures::Stream<Item = ObjectRef<Base>> + Send + 'static {
-    let by_feed = index::bases_by_feed(bases);
-    let feed_of = |f: &Feed| vec![index::feed_key(&f.kind, &f.name)];
-    let apply_now =
-        |p: &Option<OverridePolicy>| futures::future::ready(*p == Some(OverridePolicy::ApplyNow));
-    let from_locs = through_index(
-        locs.subscribe()
-            .filter(move |l| apply_now(&l.spec.override_policy)),
-        by_feed.clone(),
-        move |l: &Localization| feed_of(&l.spec.feed),
-        |b: &Base, l: &Localization| {
-            b.namespace() == l.namespace()
-                && b.spec.feeds.iter().any(|f| same_feed(f, &l.spec.feed))
-        },
-    );
-    let from_globs = through_index(
-        globs
-            .subscribe()
-            .filter(move |g| apply_now(&g.spec.override_policy)),
-        by_feed,
-        move |g: &Globalization| feed_of(&g.spec.feed),
-        |b: &Base, g: &Globalization| b.spec.feeds.iter().any(|f| same_feed(f, &g.spec.feed)),
-    );
-    futures::stream::select(from_locs, from_globs)
-}
-
-/// A HelmChart found or lost (its status) re-renders the Bases that list it (§6).
-fn on_charts(
-    bases: &Shared<Base>,
-    charts: &Shared<HelmChart>,
-) -> impl futures::Stream<Item = ObjectRef<Base>> + Send + 'static {
-    through_index(
-        charts.subscribe(),
-        index::bases_by_feed(bases),
-        |c: &HelmChart| vec![index::feed_key("HelmChart", &c.name_any())],
-        |b: &Base, c: &HelmChart| {
-            b.spec.feeds.iter().any(|f| {
-                f.kind == "HelmChart"
-                    && Some(&f.namespace) == c.namespace().as_ref()
-                    && f.name == c.name_any()
-            })
-        },
-    )
-}
-
-fn same_feed(a: &Feed, b: &Feed) -> bool {
-    a.kind == b.kind
-        && a.api_version == b.api_version
-        && a.name == b.name
-        && (a.namespace.is_empty() || b.namespace.is_empty() || a.namespace == b.namespace)
 }
 
 fn key(b: &Base) -> String {

@@ -11,5 +11,7 @@ pub mod helmrelease;
 pub mod index;
 pub mod overrides;
 pub mod preview;
+pub mod revision;
 pub mod status;
 pub mod subscription;
+pub mod triggers;

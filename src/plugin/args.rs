@@ -49,6 +49,41 @@ pub struct Invocation {
     pub kubectl_args: Vec<OsString>,
 }
 
+/// The arguments of one of the plugin's own commands (`placement`, `dashboard`, `rollout`), read
+/// one at a time as kubectl reads flags: `--flag=value` is split at the `=`, and a flag's value
+/// may also be the next argument.
+pub struct OwnArgs {
+    it: std::vec::IntoIter<String>,
+}
+
+impl OwnArgs {
+    pub fn new(args: &[OsString]) -> Self {
+        let words: Vec<String> = args
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        OwnArgs {
+            it: words.into_iter(),
+        }
+    }
+
+    /// The next argument: a word, or a flag with the value written after its `=`.
+    pub fn next_arg(&mut self) -> Option<(String, Option<String>)> {
+        let arg = self.it.next()?;
+        Some(match arg.split_once('=') {
+            Some((f, v)) if f.starts_with('-') => (f.to_string(), Some(v.to_string())),
+            _ => (arg, None),
+        })
+    }
+
+    /// Flag `name`'s value: the one after its `=`, else the next argument.
+    pub fn value(&mut self, inline: Option<String>, name: &str) -> Result<String, String> {
+        inline
+            .or_else(|| self.it.next())
+            .ok_or_else(|| ArgError::MissingValue(name.to_string()).to_string())
+    }
+}
+
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ArgError {
     #[error("flag needs an argument: {0}")]

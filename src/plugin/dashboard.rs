@@ -54,18 +54,9 @@ pub fn parse(args: &[OsString]) -> Result<DashboardArgs, String> {
         address: IpAddr::V4(Ipv4Addr::LOCALHOST),
         no_browser: false,
     };
-    let mut it = args.iter().map(|a| a.to_string_lossy().into_owned());
-    while let Some(arg) = it.next() {
-        let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) => (f.to_string(), Some(v.to_string())),
-            None => (arg.clone(), None),
-        };
-        let mut value = |name: &str| {
-            inline
-                .clone()
-                .or_else(|| it.next())
-                .ok_or_else(|| format!("{name} needs a value"))
-        };
+    let mut args = super::args::OwnArgs::new(args);
+    while let Some((flag, inline)) = args.next_arg() {
+        let mut value = |name: &str| args.value(inline.clone(), name);
         match flag.as_str() {
             "--port" => {
                 let v = value("--port")?;
@@ -266,7 +257,7 @@ mod tests {
         assert!(
             parse(&os(&["--address"]))
                 .unwrap_err()
-                .contains("needs a value")
+                .contains("flag needs an argument: --address")
         );
         assert!(parse(&os(&["--open"])).unwrap_err().contains("\"--open\""));
     }

@@ -20,6 +20,7 @@ pub mod kubeconfig;
 pub mod placement;
 pub mod proxy;
 pub mod rewrite;
+pub mod rollout;
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::fs::PermissionsExt;
@@ -56,6 +57,8 @@ pub enum PluginError {
     Placement(String),
     #[error("{0}")]
     Dashboard(String),
+    #[error("{0}")]
+    Rollout(String),
     #[error("cannot start the tokio runtime: {0}")]
     Runtime(#[source] std::io::Error),
     #[error("cannot run {path}: {source}")]
@@ -162,6 +165,11 @@ fn run(args: &[OsString]) -> Result<ExitCode, PluginError> {
     if args::subcommand(&inv.kubectl_args) == Some(OsStr::new("dashboard")) {
         return run_dashboard(&inv);
     }
+    if args::subcommand(&inv.kubectl_args) == Some(OsStr::new("rollout"))
+        && rollout::is_subscription_target(&inv.kubectl_args)
+    {
+        return run_rollout(&inv);
+    }
     if needs_no_cluster(&inv.kubectl_args) {
         // help and completion talk to no server: no kubeconfig is needed (or read)
         let kubectl = find_kubectl()?;
@@ -229,6 +237,21 @@ fn run_dashboard(inv: &Invocation) -> Result<ExitCode, PluginError> {
         dashboard::run(client, &wanted)
             .await
             .map_err(PluginError::Dashboard)
+    })
+}
+
+/// `kubectl clusternet rollout VERB subscription/NAME`: a Subscription's revisions.
+fn run_rollout(inv: &Invocation) -> Result<ExitCode, PluginError> {
+    let rest = match own_command(inv, "rollout", rollout::USAGE) {
+        Ok(rest) => rest,
+        Err(done) => return done.map_err(PluginError::Rollout),
+    };
+    let wanted = rollout::parse(&rest)
+        .map_err(|e| PluginError::Rollout(format!("{e}\n\n{}", rollout::USAGE)))?;
+    with_parent_client(inv, |client, namespace| async move {
+        rollout::run(client, &wanted, namespace.as_deref())
+            .await
+            .map_err(PluginError::Rollout)
     })
 }
 
@@ -305,6 +328,8 @@ Plugin commands:
                                        nothing (see `kubectl clusternet placement --help`)
   dashboard [--port N] [--no-browser]  open the fleet's dashboard, read with your credentials
                                        (see `kubectl clusternet dashboard --help`)
+  rollout history subscription/NAME    a Subscription's revisions and what changed in each
+                                       (see `kubectl clusternet rollout subscription --help`)
 
 kubectl's own help follows.
 

@@ -63,18 +63,9 @@ pub enum Output {
 pub fn parse(args: &[OsString]) -> Result<PlacementArgs, String> {
     let mut out = PlacementArgs::default();
     let mut words = Vec::new();
-    let mut it = args.iter().map(|a| a.to_string_lossy().into_owned());
-    while let Some(arg) = it.next() {
-        let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) if f.starts_with('-') => (f.to_string(), Some(v.to_string())),
-            _ => (arg.clone(), None),
-        };
-        let mut value = |name: &str| -> Result<String, String> {
-            inline
-                .clone()
-                .or_else(|| it.next())
-                .ok_or_else(|| format!("flag needs an argument: {name}"))
-        };
+    let mut args = super::args::OwnArgs::new(args);
+    while let Some((flag, inline)) = args.next_arg() {
+        let mut value = |name: &str| args.value(inline.clone(), name);
         match flag.as_str() {
             "-f" | "--filename" => out.file = Some(value("--filename")?),
             "-n" | "--namespace" => out.namespace = Some(value("--namespace")?),
@@ -93,7 +84,7 @@ pub fn parse(args: &[OsString]) -> Result<PlacementArgs, String> {
             "--show-objects" => out.show_objects = parse_bool(inline.as_deref())?,
             "--diff" => out.diff = parse_bool(inline.as_deref())?,
             f if f.starts_with('-') && f.len() > 1 => return Err(format!("unknown flag: {f}")),
-            _ => words.push(arg),
+            _ => words.push(flag),
         }
     }
     match words.as_slice() {
@@ -114,7 +105,8 @@ pub fn parse(args: &[OsString]) -> Result<PlacementArgs, String> {
     }
 }
 
-fn is_subscription_word(w: &str) -> bool {
+/// The ways kubectl lets one write the Subscription kind.
+pub(crate) fn is_subscription_word(w: &str) -> bool {
     matches!(
         w,
         "subscription"

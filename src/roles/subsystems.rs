@@ -56,6 +56,7 @@ pub async fn start_always_on(rt: &Runtime, role: Role) -> Result<(), StartError>
                 rt.cache.watch::<crate::apis::Globalization>();
                 rt.cache.watch::<crate::apis::HelmChart>();
                 rt.cache.watch::<crate::apis::HelmRelease>();
+                crate::pipeline::revision::watch_revisions(rt);
             }
         }
         Role::Scheduler => {
@@ -91,6 +92,7 @@ pub async fn lead(rt: &Runtime, role: Role, leadership: Leadership, token: Cance
             if rt.config.gate(crate::apis::known::DEPLOYER) {
                 spawn(|rt, t| Box::pin(crate::pipeline::subscription::run(rt, t)));
                 spawn(|rt, t| Box::pin(crate::pipeline::base::run(rt, t)));
+                spawn(|rt, t| Box::pin(crate::pipeline::revision::run(rt, t)));
                 spawn(|rt, t| Box::pin(crate::pipeline::status::run(rt, t)));
                 spawn(|rt, t| Box::pin(crate::deployer::push::run(rt, t)));
                 // runs with the gate off too: it then releases the finalizers it added before

@@ -10,6 +10,7 @@
 mod helm;
 mod inventory;
 mod overrides;
+mod revision;
 mod subscription;
 mod templates;
 
@@ -19,6 +20,7 @@ use serde::{Deserialize, Serialize};
 pub use helm::*;
 pub use inventory::*;
 pub use overrides::*;
+pub use revision::*;
 pub use subscription::*;
 pub use templates::*;
 

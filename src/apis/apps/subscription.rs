@@ -133,6 +133,12 @@ pub struct SubscriptionSpec {
 
     /// Feeds are the resources to distribute.
     pub feeds: Vec<Feed>,
+
+    /// RevisionHistoryLimit (beyond upstream) is how many revisions of what this Subscription
+    /// renders are kept as ControllerRevisions (default 10; the newest is always kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub revision_history_limit: Option<i32>,
 }
 
 impl SubscriptionSpec {
