@@ -136,7 +136,10 @@ pub fn snapshot(sub: &Subscription, inputs: &Inputs<'_>) -> Result<SubscriptionR
     namespaces.dedup();
     let mut by_ns = BTreeMap::new();
     for ns in namespaces {
-        let locs = (inputs.localizations)(ns);
+        let locs: Vec<Arc<Localization>> = (inputs.localizations)(ns)
+            .into_iter()
+            .filter(|l| !replica_share(l))
+            .collect();
         let labels = (inputs.cluster_labels)(ns);
         let mut here = Vec::new();
         for (fi, oi, uid, kind) in &keys {
@@ -166,6 +169,18 @@ pub fn snapshot(sub: &Subscription, inputs: &Inputs<'_>) -> Result<SubscriptionR
         feeds: contents,
         overrides: by_ns,
     })
+}
+
+/// Whether `l` is a Dividing Subscription's replica share for one cluster (deployer.md §3, written
+/// by the Subscription controller): that is where the scheduler put the replicas, not what the
+/// Subscription deploys, so a rescheduling makes no revision.
+fn replica_share(l: &Localization) -> bool {
+    let labels = l.labels();
+    labels
+        .get(known::OBJECT_CREATED_BY_LABEL)
+        .map(String::as_str)
+        == Some(known::CLUSTERNET_CONTROLLER_MANAGER_NAME)
+        && labels.values().any(|v| v == known::SUBSCRIPTION_KIND)
 }
 
 /// The content hash of a snapshot: the first 160 bits of the SHA-256 of its JSON in hex
@@ -636,12 +651,22 @@ mod tests {
         let s = sub(feeds.clone(), &["ns-a/a", "ns-b/b"]);
         let manifests = [manifest("web", "nginx:1")];
         let locs_a = [localization("ns-a", "nginx:canary")];
+        // a Dividing Subscription's replica share is where replicas go, not content
+        let mut share = (*localization("ns-b", "nginx:share")).clone();
+        share.metadata.labels = Some(BTreeMap::from([
+            (
+                known::OBJECT_CREATED_BY_LABEL.to_string(),
+                known::CLUSTERNET_CONTROLLER_MANAGER_NAME.to_string(),
+            ),
+            ("u1".to_string(), known::SUBSCRIPTION_KIND.to_string()),
+        ]));
+        let locs_b = [Arc::new(share)];
         let no_labels = |_: &str| Vec::new();
         let locs = |ns: &str| {
             if ns == "ns-a" {
                 locs_a.to_vec()
             } else {
-                Vec::new()
+                locs_b.to_vec()
             }
         };
         let inputs = Inputs {
