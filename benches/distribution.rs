@@ -137,6 +137,8 @@ async fn run(
             "subscriptions",
             "subscriptions/status",
             "localizations",
+            // one revision per Subscription per change (pipeline::revision)
+            "controllerrevisions",
         ],
     );
     let mut child_writes = 0.0;

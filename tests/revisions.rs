@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use clusternet::apis::SubscriptionRevision;
 use clusternet::apis::known::CHANGE_CAUSE_ANNOTATION;
-use clusternet::apis::{Localization, Manifest, Subscription};
+use clusternet::apis::{Base, Description, Localization, Manifest, Subscription};
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
@@ -242,6 +242,46 @@ async fn every_change_to_what_a_subscription_renders_is_a_numbered_revision() {
         String::from_utf8_lossy(&out.stderr).contains("not implemented yet"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+
+    // a Base pinned to a revision renders that revision (revision 3: the value 2 with the
+    // Localization since deleted), and its Description says so; unpinned, the live feeds again
+    let bases: Api<Base> = Api::namespaced(parent.clone(), &dedicated);
+    let base = bases
+        .list(&ListParams::default().labels(&format!("apps.clusternet.io/subs.uid={sub_uid}")))
+        .await
+        .expect("listing Bases")
+        .items
+        .into_iter()
+        .next()
+        .expect("the Base");
+    let pin = |to: Value| {
+        Patch::Merge(json!({"metadata": {"annotations": {"apps.clusternet.io/revision": to}}}))
+    };
+    let rev3 = five[0].1.clone();
+    bases
+        .patch(&base.name_any(), &PatchParams::default(), &pin(json!(rev3)))
+        .await
+        .expect("pinning the Base");
+    child_value(child, &appns, "local").await;
+    let descriptions: Api<Description> = Api::namespaced(parent.clone(), &dedicated);
+    let d = descriptions
+        .get(&format!("{}-generic", base.name_any()))
+        .await
+        .expect("the Description");
+    assert_eq!(
+        d.annotations().get("apps.clusternet.io/revision"),
+        Some(&rev3)
+    );
+    bases
+        .patch(&base.name_any(), &PatchParams::default(), &pin(Value::Null))
+        .await
+        .expect("unpinning the Base");
+    child_value(child, &appns, "3").await;
+    assert_eq!(
+        revisions(&revs, &sub_uid).await.expect("revisions"),
+        five,
+        "pinning makes no revision"
     );
 
     // the revisions go with the Subscription

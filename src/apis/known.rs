@@ -57,6 +57,10 @@ pub const MAX_SUBSCRIPTION_NAME_IN_LABELS: usize = 57;
 /// Label (beyond upstream): the content hash of a Subscription's ControllerRevision (the role of
 /// apps/v1's `controller-revision-hash`).
 pub const REVISION_HASH_LABEL: &str = "apps.clusternet.io/revision-hash";
+/// Annotation (beyond upstream): on a Base, the ControllerRevision (in its Subscription's
+/// namespace) it is to be rendered from instead of the live feeds (a rollout pins Bases so); on a
+/// Description, the revision it was rendered from.
+pub const REVISION_ANNOTATION: &str = "apps.clusternet.io/revision";
 /// Annotation: kubectl's record of why a revision was made (`kubectl rollout history` shows it).
 pub const CHANGE_CAUSE_ANNOTATION: &str = "kubernetes.io/change-cause";
 

@@ -32,12 +32,13 @@ use crate::apis::known;
 use crate::apis::{
     Base, ChartReference, Description, DescriptionDeployer, DescriptionSpec, Feed, FeedInventory,
     Globalization, HelmChart, Localization, ManagedCluster, Manifest, SchedulingStrategy,
-    Subscription,
+    Subscription, SubscriptionRevision,
 };
 use crate::runtime::cache::{Index, Shared};
-use crate::runtime::controller::{ApiFailure, ReconcileError, recheck};
+use crate::runtime::controller::{ApiFailure, ReconcileError, recheck, through_index};
 use crate::runtime::events::Events;
 use crate::runtime::{Runtime, api_code, apply};
+use k8s_openapi::api::apps::v1::ControllerRevision;
 
 /// The field manager of the Descriptions this controller renders.
 pub const FIELD_MANAGER: &str = "clusternet/controller/base";
@@ -79,6 +80,8 @@ struct Ctx {
     descriptions_by_base: Index<Description>,
     subscriptions: Store<Subscription>,
     inventories: Store<FeedInventory>,
+    /// The Subscriptions' ControllerRevisions, for Bases pinned to one.
+    revisions: Store<ControllerRevision>,
 }
 
 pub async fn run(rt: Runtime, stop: CancellationToken) {
@@ -91,6 +94,7 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     let subs = rt.cache.watch::<Subscription>();
     let inventories = rt.cache.watch::<FeedInventory>();
     let charts = rt.cache.watch::<HelmChart>();
+    let revisions = super::revision::watch_revisions(&rt);
     let ctx = Arc::new(Ctx {
         events: Events::new(
             rt.events_client.clone(),
@@ -106,6 +110,7 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         descriptions: descs.clone(),
         subscriptions: subs.store.clone(),
         inventories: inventories.store.clone(),
+        revisions: revisions.store.clone(),
     });
     let by_feed = index::bases_by_feed(&bases);
     Controller::new("base", &bases)
@@ -119,15 +124,38 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
             descs.listed(),
             subs.listed(),
             inventories.listed(),
+            revisions.listed(),
         ])
         .triggered_by(triggers::on_manifests(by_feed.clone(), &manifests))
         .triggered_by(triggers::on_overrides(by_feed.clone(), &locs, &globs))
         .triggered_by(triggers::on_charts(by_feed, &charts))
+        .triggered_by(on_pinned_revisions(&bases, &revisions))
         .run(stop, move |base| {
             let ctx = ctx.clone();
             async move { reconcile(&ctx, base).await }
         })
         .await;
+}
+
+/// A revision that appears (or changes) re-renders the Bases pinned to it.
+fn on_pinned_revisions(
+    bases: &Shared<Base>,
+    revisions: &Shared<ControllerRevision>,
+) -> impl futures::Stream<Item = ObjectRef<Base>> + Send + 'static {
+    through_index(
+        revisions.subscribe(),
+        index::bases_by_subscription(bases),
+        |r: &ControllerRevision| {
+            r.labels()
+                .get(known::CONFIG_SUBSCRIPTION_UID_LABEL)
+                .cloned()
+                .into_iter()
+                .collect()
+        },
+        |b: &Base, r: &ControllerRevision| {
+            b.annotations().get(known::REVISION_ANNOTATION) == Some(&r.name_any())
+        },
+    )
 }
 
 fn key(b: &Base) -> String {
@@ -393,6 +421,86 @@ fn render_chart(
     })
 }
 
+/// Renders `base` from a recorded revision instead of the live feeds (a rollout pins the Base to
+/// it, docs/spec/deployer.md §15): the revision's templates and HelmChart specs with the override
+/// rules it recorded for this namespace, then the live replica shares of a Dividing Subscription
+/// (`shares`: where the scheduler puts the replicas is not revision content). A template whose
+/// overrides fail keeps its object from `previous`, as a live render does.
+pub fn render_revision(
+    base: &Base,
+    revision: &SubscriptionRevision,
+    shares: &[Localization],
+    previous: &[Value],
+) -> Rendered {
+    let key = key(base);
+    let ns = base.namespace().unwrap_or_default();
+    let recorded = revision.overrides.get(&ns);
+    let rules =
+        |fi: usize, oi: usize, feed: &Feed, kind: &str| -> Vec<crate::apis::OverrideConfig> {
+            let mut r: Vec<_> = recorded
+                .iter()
+                .flat_map(|list| list.iter())
+                .filter(|o| o.feed == fi && o.object == oi)
+                .flat_map(|o| o.overrides.iter().cloned())
+                .collect();
+            let no_globalizations: &[Globalization] = &[];
+            r.extend(overrides::applicable_overrides(
+                no_globalizations,
+                shares,
+                &ns,
+                "",
+                kind,
+                Some(feed),
+                &[],
+            ));
+            r
+        };
+    let mut out = Rendered::default();
+    for (fi, content) in revision.feeds.iter().enumerate() {
+        let feed = &content.feed;
+        if let Some(spec) = &content.chart {
+            let chart = json!({
+                "apiVersion": "apps.clusternet.io/v1alpha1",
+                "kind": "HelmChart",
+                "metadata": {"name": feed.name, "namespace": feed.namespace},
+                "spec": spec,
+            });
+            match overrides::render_helm(&chart, &rules(fi, 0, feed, "HelmChart")) {
+                Ok(r) => out.charts.push(RenderedChart {
+                    reference: ChartReference {
+                        namespace: feed.namespace.clone(),
+                        name: feed.name.clone(),
+                    },
+                    values: r.values,
+                    chart: r.chart,
+                }),
+                Err(e) => out.problems.push(Problem::blocking(
+                    "FailedApplyingOverrides".into(),
+                    format!("rendering {feed} for {key}: {e}"),
+                )),
+            }
+            continue;
+        }
+        for (oi, template) in content.objects.iter().enumerate() {
+            let kind = template["kind"].as_str().unwrap_or(&feed.kind);
+            match overrides::render_generic(template, &rules(fi, oi, feed, kind)) {
+                Ok(obj) => out.objects.push(obj),
+                Err(e) => {
+                    out.problems.push(Problem {
+                        reason: "FailedApplyingOverrides".into(),
+                        message: format!("rendering {feed} for {key}: {e}"),
+                        blocking: false,
+                    });
+                    if let Some(prev) = previous.iter().find(|p| same_object(p, template)) {
+                        out.objects.push(prev.clone());
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
 /// A HelmChart as the chart overrides see it: what the API server keeps about the object
 /// (managedFields, status) is not the chart's to carry along.
 pub(crate) fn chart_template(chart: &HelmChart) -> Value {
@@ -496,7 +604,7 @@ pub fn plan_descriptions(
             Some(d) => {
                 let has_labels = labels.iter().all(|(k, v)| d.labels().get(k) == Some(v));
                 let same_settings =
-                    super::subscription::same_drift_settings(base.annotations(), d.annotations());
+                    carried_annotations(base.annotations()) == carried_annotations(d.annotations());
                 if d.spec != *spec || !has_labels || !same_settings {
                     changes.push(DescriptionChange::Update {
                         name: name.clone(),
@@ -523,6 +631,16 @@ pub fn plan_descriptions(
 
 /// The apply body of a Generic Description: our labels, our finalizer, the Base as controlling
 /// owner (all resent on every apply, so none of them is dropped from what we own) and the spec.
+/// What a Description takes from its Base's annotations: the drift settings and the revision the
+/// Base is pinned to (the Description then records the revision it was rendered from).
+fn carried_annotations(annotations: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    let mut a = super::subscription::drift_settings(annotations);
+    if let Some(pin) = annotations.get(known::REVISION_ANNOTATION) {
+        a.insert(known::REVISION_ANNOTATION.to_string(), pin.clone());
+    }
+    a
+}
+
 fn description_body(
     base: &Base,
     name: &str,
@@ -532,7 +650,7 @@ fn description_body(
     let mut meta = serde_json::Map::new();
     meta.insert("labels".into(), json!(labels));
     meta.insert("finalizers".into(), json!([known::APP_FINALIZER]));
-    let settings = super::subscription::drift_settings(base.annotations());
+    let settings = carried_annotations(base.annotations());
     if !settings.is_empty() {
         meta.insert("annotations".into(), json!(settings));
     }
@@ -620,14 +738,31 @@ async fn render(ctx: &Ctx, base: &Base) -> Result<Action, BaseError> {
         localizations: &seen.localizations,
         cluster_labels: &seen.cluster_labels,
     };
-    let rendered = render_feeds(
-        base,
-        &ctx.rt.config.reserved_namespace,
-        &index::manifests_of(&ctx.manifests, &base.spec.feeds),
-        &ctx.charts.state(),
-        &scope,
-        &previous,
-    );
+    let rendered = match base.annotations().get(known::REVISION_ANNOTATION) {
+        Some(pin) => match pinned_revision(ctx, base, pin) {
+            Ok(revision) => {
+                let shares: Vec<Localization> = seen
+                    .localizations
+                    .iter()
+                    .filter(|l| super::revision::replica_share(l))
+                    .cloned()
+                    .collect();
+                render_revision(base, &revision, &shares, &previous)
+            }
+            Err(problem) => Rendered {
+                problems: vec![problem],
+                ..Rendered::default()
+            },
+        },
+        None => render_feeds(
+            base,
+            &ctx.rt.config.reserved_namespace,
+            &index::manifests_of(&ctx.manifests, &base.spec.feeds),
+            &ctx.charts.state(),
+            &scope,
+            &previous,
+        ),
+    };
     for p in &rendered.problems {
         if p.reason == "FailedApplyingOverrides" {
             warn!(base = %key, error = %p.message, "override failed");
@@ -662,6 +797,45 @@ async fn render(ctx: &Ctx, base: &Base) -> Result<Action, BaseError> {
 }
 
 /// The I/O of [`plan_descriptions`]: one request per change.
+/// The revision `pin` of the Base's own Subscription, or the blocking problem that keeps the
+/// Base as it is (the revision's arrival re-renders it).
+fn pinned_revision(ctx: &Ctx, base: &Base, pin: &str) -> Result<SubscriptionRevision, Problem> {
+    let labels = base.labels();
+    let ns = labels
+        .get(known::CONFIG_SUBSCRIPTION_NAMESPACE_LABEL)
+        .cloned()
+        .unwrap_or_default();
+    let found = ctx
+        .revisions
+        .get(&ObjectRef::new(pin).within(&ns))
+        .filter(|r| {
+            r.labels().get(known::CONFIG_SUBSCRIPTION_UID_LABEL)
+                == labels.get(known::CONFIG_SUBSCRIPTION_UID_LABEL)
+        })
+        .ok_or_else(|| {
+            Problem::blocking(
+                "RevisionNotFound".into(),
+                format!(
+                    "Base {} is pinned to revision {ns}/{pin}, which its Subscription does not have",
+                    key(base)
+                ),
+            )
+        })?;
+    found
+        .data
+        .as_ref()
+        .map(|d| serde_json::from_value(d.0.clone()))
+        .transpose()
+        .ok()
+        .flatten()
+        .ok_or_else(|| {
+            Problem::blocking(
+                "RevisionUnreadable".into(),
+                format!("revision {ns}/{pin} holds no readable content"),
+            )
+        })
+}
+
 async fn apply_descriptions(
     ctx: &Ctx,
     base: &Base,
@@ -827,6 +1001,65 @@ mod tests {
         // what the API server adds
         d.labels_mut().insert("added-by-someone".into(), "x".into());
         d
+    }
+
+    #[test]
+    fn a_pinned_base_renders_its_revision_with_its_own_namespaces_overrides_and_says_so() {
+        let merge = |name: &str, value: Value| -> Value {
+            json!({"name": name, "type": "MergePatch", "value": value.to_string()})
+        };
+        let revision: SubscriptionRevision = serde_json::from_value(json!({
+            "subscription": {},
+            "feeds": [
+                {"feed": feed("ConfigMap", "a"), "objects": [cm("a", "old")]},
+                {"feed": feed("HelmChart", "h"), "chart": {"repo": "oci://127.0.0.1:1/charts",
+                    "chart": "hello", "version": "0.1.0", "targetNamespace": "hello"}},
+            ],
+            "overrides": {
+                "clusternet-a": [{"feed": 0, "object": 0,
+                    "overrides": [merge("here", json!({"data": {"k": "here"}}))]}],
+                "clusternet-b": [{"feed": 0, "object": 0,
+                    "overrides": [merge("there", json!({"data": {"k": "there"}}))]}],
+            },
+        }))
+        .expect("a revision");
+        let mut b = base(json!([feed("ConfigMap", "a"), feed("HelmChart", "h")]));
+        let r = render_revision(&b, &revision, &[], &[]);
+        assert!(r.problems.is_empty(), "{:?}", r.problems);
+        assert_eq!(r.objects, vec![cm("a", "here")]);
+        assert_eq!(r.charts.len(), 1);
+        assert_eq!(r.charts[0].chart["spec"]["version"], json!("0.1.0"));
+        // a Dividing Subscription's live replica share applies on top
+        let share: Localization = serde_json::from_value(json!({
+            "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Localization",
+            "metadata": {"name": "share", "namespace": "clusternet-a",
+                "labels": {"clusternet.io/created-by": "clusternet-controller-manager", "s-1": "Subscription"}},
+            "spec": {"feed": feed("ConfigMap", "a"), "overridePolicy": "ApplyNow", "priority": 1000,
+                "overrides": [merge("share", json!({"data": {"share": "1"}}))]},
+        }))
+        .expect("a Localization");
+        let r = render_revision(&b, &revision, &[share], &[]);
+        assert_eq!(r.objects[0]["data"], json!({"k": "here", "share": "1"}));
+        // the Description says which revision it was rendered from
+        b.annotations_mut()
+            .insert(known::REVISION_ANNOTATION.into(), "app-0123456789".into());
+        let d = description(&b, &r.objects);
+        assert_eq!(
+            d.annotations()
+                .get(known::REVISION_ANNOTATION)
+                .map(String::as_str),
+            Some("app-0123456789")
+        );
+        // and a Description rendered from another revision is rewritten
+        b.annotations_mut()
+            .insert(known::REVISION_ANNOTATION.into(), "app-abcdefabcd".into());
+        let plan = plan_descriptions(&b, &r.objects, &r.charts, Some(&d), &[]).expect("a plan");
+        assert!(
+            plan.iter().any(
+                |c| matches!(c, DescriptionChange::Update { name, .. } if *name == generic_name(&b))
+            ),
+            "{plan:?}"
+        );
     }
 
     #[test]

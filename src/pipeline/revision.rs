@@ -174,7 +174,7 @@ pub fn snapshot(sub: &Subscription, inputs: &Inputs<'_>) -> Result<SubscriptionR
 /// Whether `l` is a Dividing Subscription's replica share for one cluster (deployer.md §3, written
 /// by the Subscription controller): that is where the scheduler put the replicas, not what the
 /// Subscription deploys, so a rescheduling makes no revision.
-fn replica_share(l: &Localization) -> bool {
+pub(crate) fn replica_share(l: &Localization) -> bool {
     let labels = l.labels();
     labels
         .get(known::OBJECT_CREATED_BY_LABEL)
