@@ -35,8 +35,10 @@ use tracing::info;
 use super::{feeds, index, overrides, triggers};
 use crate::apis::known;
 use crate::apis::known::CHANGE_CAUSE_ANNOTATION;
+use crate::apis::{
+    Base, Globalization, HelmChart, Localization, ManagedCluster, Manifest, Subscription,
+};
 use crate::apis::{FeedContent, ObjectOverrides, SubscriptionRevision};
-use crate::apis::{Globalization, HelmChart, Localization, ManagedCluster, Manifest, Subscription};
 use crate::runtime::cache::{Index, Shared};
 use crate::runtime::controller::{Action, ApiFailure, Controller, ReconcileError, recheck};
 use crate::runtime::{Runtime, api_code, apply};
@@ -227,8 +229,15 @@ pub enum Step {
 }
 
 /// The writes that make the content with `hash` the newest revision and keep `limit` revisions
-/// (at least the newest): nothing when it already is and the history is within the limit.
-pub fn plan(sub: &str, existing: &[Existing], hash: &str, limit: i32) -> Vec<Step> {
+/// (at least the newest) plus those in `pinned` (a Base renders from them): nothing when it
+/// already is and the history is within the limit.
+pub fn plan(
+    sub: &str,
+    existing: &[Existing],
+    hash: &str,
+    limit: i32,
+    pinned: &[String],
+) -> Vec<Step> {
     let newest = existing.iter().map(|e| e.number).max().unwrap_or(0);
     let mut steps = Vec::new();
     let mut after: Vec<Existing> = existing.to_vec();
@@ -261,7 +270,11 @@ pub fn plan(sub: &str, existing: &[Existing], hash: &str, limit: i32) -> Vec<Ste
     }
     after.sort_by(|a, b| b.number.cmp(&a.number).then_with(|| a.name.cmp(&b.name)));
     let keep = usize::try_from(limit.max(1)).unwrap_or(1);
-    for old in after.iter().skip(keep) {
+    for old in after
+        .iter()
+        .skip(keep)
+        .filter(|o| !pinned.contains(&o.name))
+    {
         steps.push(Step::Delete {
             name: old.name.clone(),
         });
@@ -313,6 +326,9 @@ struct Ctx {
     localizations: Index<Localization>,
     clusters: Index<ManagedCluster>,
     revisions: Index<ControllerRevision>,
+    revisions_cache: Shared<ControllerRevision>,
+    /// By Subscription uid: the revisions they are pinned to are kept.
+    bases: Index<Base>,
 }
 
 fn revisions_by_subscription(s: &Shared<ControllerRevision>) -> Index<ControllerRevision> {
@@ -339,6 +355,7 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     let globs = rt.cache.watch::<Globalization>();
     let clusters = rt.cache.watch::<ManagedCluster>();
     let revisions = watch_revisions(&rt);
+    let bases = rt.cache.watch::<Base>();
     let by_feed = index::subscriptions_by_feed(&subs);
     let from_manifests = triggers::on_manifests(by_feed.clone(), &manifests);
     let from_charts = triggers::on_charts(by_feed.clone(), &charts);
@@ -361,6 +378,8 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         localizations: locs.by_namespace(),
         clusters: clusters.by_namespace(),
         revisions: revisions_by_subscription(&revisions),
+        revisions_cache: revisions.clone(),
+        bases: index::bases_by_subscription(&bases),
         rt,
     });
     Controller::new("revision", &subs)
@@ -373,6 +392,7 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
             globs.listed(),
             clusters.listed(),
             revisions.listed(),
+            bases.listed(),
         ])
         .triggered_by(from_manifests)
         .triggered_by(from_charts)
@@ -438,9 +458,16 @@ async fn reconcile(ctx: &Ctx, sub: &Subscription) -> Result<Action, RevisionErro
         .spec
         .revision_history_limit
         .unwrap_or(DEFAULT_HISTORY_LIMIT);
-    let steps = plan(&sub.name_any(), &existing, &hash, limit);
+    let pinned: Vec<String> = ctx
+        .bases
+        .get(&uid)
+        .iter()
+        .filter_map(|b| b.annotations().get(known::REVISION_ANNOTATION).cloned())
+        .collect();
+    let steps = plan(&sub.name_any(), &existing, &hash, limit, &pinned);
     let ns = sub.namespace().unwrap_or_default();
-    let api: Api<ControllerRevision> = Api::namespaced(ctx.rt.client.clone(), &ns);
+    // nobody waits on the history: it takes only the API budget the pipeline leaves over
+    let api: Api<ControllerRevision> = Api::namespaced(ctx.rt.background_client.clone(), &ns);
     let newest = revisions
         .iter()
         .max_by_key(|r| r.revision)
@@ -451,9 +478,12 @@ async fn reconcile(ctx: &Ctx, sub: &Subscription) -> Result<Action, RevisionErro
             Step::Create { name, number } | Step::Renumber { name, number } => {
                 let cause = change_cause(newest.as_ref(), &snap);
                 let body = revision_body(sub, &name, number, &hash, &snap, &cause);
-                apply::apply(&api, FIELD_MANAGER, &name, &body)
+                let written = apply::apply(&api, FIELD_MANAGER, &name, &body)
                     .await
                     .map_err(ApiFailure::about(sub, "writing its ControllerRevision"))?;
+                // the next look (a status change of the Subscription comes at once) must see it,
+                // or it would write it again
+                ctx.revisions_cache.observe_write(written);
                 info!(subscription = %format!("{ns}/{}", sub.name_any()), revision = number, %name, %cause, "RevisionRecorded");
             }
             Step::Delete { name } => match api.delete(&name, &DeleteParams::default()).await {
@@ -523,17 +553,17 @@ mod tests {
     fn new_content_is_the_next_number_and_the_same_content_makes_nothing() {
         let h = "a".repeat(64);
         assert_eq!(
-            plan("app", &[], &h, 10),
+            plan("app", &[], &h, 10, &[]),
             vec![Step::Create {
                 name: format!("app-{}", &h[..10]),
                 number: 1
             }]
         );
         let existing = [e("app-aaaaaaaaaa", &h, 1)];
-        assert!(plan("app", &existing, &h, 10).is_empty());
+        assert!(plan("app", &existing, &h, 10, &[]).is_empty());
         let h2 = "b".repeat(64);
         assert_eq!(
-            plan("app", &existing, &h2, 10),
+            plan("app", &existing, &h2, 10, &[]),
             vec![Step::Create {
                 name: "app-bbbbbbbbbb".into(),
                 number: 2
@@ -545,7 +575,7 @@ mod tests {
     fn content_that_comes_back_moves_its_revision_to_the_front() {
         let existing = [e("app-1", "h1", 1), e("app-2", "h2", 2)];
         assert_eq!(
-            plan("app", &existing, "h1", 10),
+            plan("app", &existing, "h1", 10, &[]),
             vec![Step::Renumber {
                 name: "app-1".into(),
                 number: 3
@@ -554,7 +584,7 @@ mod tests {
         // two at the newest number (a stale read wrote one): the current one goes ahead
         let tied = [e("app-1", "h1", 2), e("app-2", "h2", 2)];
         assert_eq!(
-            plan("app", &tied, "h2", 10),
+            plan("app", &tied, "h2", 10, &[]),
             vec![Step::Renumber {
                 name: "app-2".into(),
                 number: 3
@@ -567,7 +597,7 @@ mod tests {
         let existing: Vec<Existing> = (1..=3)
             .map(|i| e(&format!("r{i}"), &format!("h{i}"), i))
             .collect();
-        let steps = plan("app", &existing, "h4", 2);
+        let steps = plan("app", &existing, "h4", 2, &[]);
         assert_eq!(
             steps,
             vec![
@@ -579,9 +609,20 @@ mod tests {
                 Step::Delete { name: "r1".into() },
             ]
         );
+        // a revision a Base is pinned to stays beyond the limit
+        assert_eq!(
+            plan("app", &existing, "h4", 2, &["r1".to_string()]),
+            vec![
+                Step::Create {
+                    name: "app-h4".into(),
+                    number: 4
+                },
+                Step::Delete { name: "r2".into() },
+            ]
+        );
         // a limit of zero still keeps the current revision
         assert_eq!(
-            plan("app", &existing, "h3", 0),
+            plan("app", &existing, "h3", 0, &[]),
             vec![
                 Step::Delete { name: "r2".into() },
                 Step::Delete { name: "r1".into() }

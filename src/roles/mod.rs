@@ -48,13 +48,14 @@ pub async fn run(config: Config) -> Result<(), RunError> {
     spawn_signal_handler(shutdown.clone());
     runtime::memory::spawn_trimmer(shutdown.clone());
 
-    let (client, cluster_url) = runtime::client_for(&config).await?;
+    let (client, background_client, cluster_url) = runtime::clients_for(&config).await?;
     let (events_client, _) = runtime::client_for(&config).await?;
     let readiness = health::Readiness::default();
     let rt = Runtime {
         config: Arc::new(config),
         client: client.clone(),
         events_client,
+        background_client,
         cluster_url,
         cache: cache::SharedCache::new(client, readiness.clone(), shutdown.clone()),
         readiness: readiness.clone(),

@@ -33,6 +33,9 @@ pub struct Runtime {
     /// (upstream's components record events through a clientset of their own): a burst of events
     /// never takes the tokens of the writes that do the work.
     pub events_client: kube::Client,
+    /// A client for work nobody waits on (recording revisions), on `client`'s token bucket but
+    /// taking only what `client` leaves over.
+    pub background_client: kube::Client,
     /// The API server URL `client` talks to (reported as a child's `apiserverURL`).
     pub cluster_url: String,
     pub cache: cache::SharedCache,
@@ -57,6 +60,15 @@ pub enum ClientError {
 /// A client for the cluster the config points at (`--kubeconfig`, else KUBECONFIG/in-cluster),
 /// with the URL it talks to.
 pub async fn client_for(config: &Config) -> Result<(kube::Client, String), ClientError> {
+    let (client, _, url) = clients_for(config).await?;
+    Ok((client, url))
+}
+
+/// [`client_for`], plus a client for background work on the same token bucket that takes only
+/// what the first leaves over ([`ratelimit::RateLimitLayer::background`]).
+pub async fn clients_for(
+    config: &Config,
+) -> Result<(kube::Client, kube::Client, String), ClientError> {
     let kcfg = kube_config_for(config).await?;
     let url = kcfg
         .cluster_url
@@ -70,14 +82,20 @@ pub async fn client_for(config: &Config) -> Result<(kube::Client, String), Clien
         .unwrap_or_default();
     let limit = ratelimit::RateLimitLayer::new(config.kube_api_qps, config.kube_api_burst);
     let measure = clientmetrics::RequestMetricsLayer::new(host);
-    let client = match transport::client_builder(&kcfg, config.kube_api_http2)? {
-        Some(builder) => builder.with_layer(&limit).with_layer(&measure).build(),
-        None => kube::client::ClientBuilder::try_from(kcfg)?
-            .with_layer(&limit)
-            .with_layer(&measure)
-            .build(),
+    let build = |limit: &ratelimit::RateLimitLayer| -> Result<kube::Client, ClientError> {
+        Ok(
+            match transport::client_builder(&kcfg, config.kube_api_http2)? {
+                Some(builder) => builder.with_layer(limit).with_layer(&measure).build(),
+                None => kube::client::ClientBuilder::try_from(kcfg.clone())?
+                    .with_layer(limit)
+                    .with_layer(&measure)
+                    .build(),
+            },
+        )
     };
-    Ok((client, url))
+    let client = build(&limit)?;
+    let background = build(&limit.background())?;
+    Ok((client, background, url))
 }
 
 /// The connection settings of the cluster the config points at (`--kubeconfig`, else

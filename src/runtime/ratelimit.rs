@@ -52,6 +52,20 @@ impl Tokens {
         }
     }
 
+    /// Takes a token at `now` only if more than `reserve` would be left, else says how long until
+    /// then (and takes none): background work that yields to the rest while the bucket is drawn
+    /// down, so a burst of foreground writes never waits behind it.
+    pub fn try_take_above(&mut self, now: f64, reserve: f64) -> Result<(), Duration> {
+        self.refill(now);
+        let need = 1.0 + reserve.min(self.burst - 1.0).max(0.0);
+        if self.tokens >= need {
+            self.tokens -= 1.0;
+            Ok(())
+        } else {
+            Err(Duration::from_secs_f64((need - self.tokens) / self.qps))
+        }
+    }
+
     /// Reserves the next slot at `now` and says how long until it is due (zero while the burst
     /// lasts): a slot taken while the bucket is empty is simply further in the future.
     pub fn reserve(&mut self, now: f64) -> Duration {
@@ -79,6 +93,11 @@ impl TokenBucket {
         }
     }
 
+    /// The bucket's size.
+    pub fn burst(&self) -> f64 {
+        self.with(Instant::now(), |t, _| t.burst)
+    }
+
     fn with<T>(&self, now: Instant, f: impl FnOnce(&mut Tokens, f64) -> T) -> T {
         let mut t = self.tokens.lock().unwrap_or_else(|p| p.into_inner());
         f(
@@ -96,6 +115,11 @@ impl TokenBucket {
         self.with(now, |t, now| t.try_take(now))
     }
 
+    /// [`Tokens::try_take_above`] now.
+    pub fn try_take_above(&self, reserve: f64) -> Result<(), Duration> {
+        self.with(Instant::now(), |t, now| t.try_take_above(now, reserve))
+    }
+
     /// Reserves the next slot; how long until it is due.
     pub fn reserve_at(&self, now: Instant) -> Duration {
         self.with(now, |t, now| t.reserve(now))
@@ -105,12 +129,25 @@ impl TokenBucket {
 #[derive(Clone)]
 pub struct RateLimitLayer {
     bucket: Arc<TokenBucket>,
+    /// Tokens this layer's requests leave to others (see [`RateLimitLayer::background`]).
+    reserve: f64,
 }
 
 impl RateLimitLayer {
     pub fn new(qps: f32, burst: u32) -> Self {
         RateLimitLayer {
             bucket: Arc::new(TokenBucket::new(f64::from(qps), f64::from(burst))),
+            reserve: 0.0,
+        }
+    }
+
+    /// The same bucket for background requests (recording history, say): they take a token only
+    /// while more than half the burst is left, so they use what the work leaves over and never
+    /// hold it up. Under a load that keeps the bucket drawn down they wait until it eases.
+    pub fn background(&self) -> Self {
+        RateLimitLayer {
+            bucket: self.bucket.clone(),
+            reserve: (self.bucket.burst() / 2.0).floor(),
         }
     }
 }
@@ -121,6 +158,7 @@ impl<S> Layer<S> for RateLimitLayer {
         RateLimit {
             inner,
             bucket: self.bucket.clone(),
+            reserve: self.reserve,
             wait: None,
             reserved: false,
             waiting_since: None,
@@ -132,6 +170,7 @@ impl<S> Layer<S> for RateLimitLayer {
 pub struct RateLimit<S> {
     inner: S,
     bucket: Arc<TokenBucket>,
+    reserve: f64,
     wait: Option<Pin<Box<tokio::time::Sleep>>>,
     reserved: bool,
     waiting_since: Option<Instant>,
@@ -154,7 +193,12 @@ where
                 self.wait = None;
             }
             let since = *self.waiting_since.get_or_insert_with(Instant::now);
-            match self.bucket.try_take() {
+            let taken = if self.reserve > 0.0 {
+                self.bucket.try_take_above(self.reserve)
+            } else {
+                self.bucket.try_take()
+            };
+            match taken {
                 Ok(()) => {
                     self.reserved = true;
                     self.waiting_since = None;
@@ -177,6 +221,28 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn background_takes_only_what_leaves_the_reserve() {
+        let mut t = Tokens::new(10.0, 4.0);
+        // a full bucket: background may take down to the reserve of two, no further
+        assert_eq!(t.try_take_above(0.0, 2.0), Ok(()));
+        assert_eq!(t.try_take_above(0.0, 2.0), Ok(()));
+        let near = |d: Duration, ms: u64| d.as_millis().abs_diff(u128::from(ms)) <= 1;
+        assert!(near(
+            t.try_take_above(0.0, 2.0).expect_err("at the reserve"),
+            100
+        ));
+        // the foreground still has its two
+        assert_eq!(t.try_take(0.0), Ok(()));
+        assert_eq!(t.try_take(0.0), Ok(()));
+        // drawn down to nothing: background waits until three are back
+        assert!(near(t.try_take_above(0.0, 2.0).expect_err("empty"), 300));
+        assert_eq!(t.try_take_above(0.3, 2.0), Ok(()));
+        // a reserve as big as the bucket still lets one through when it is full
+        let mut small = Tokens::new(1.0, 1.0);
+        assert_eq!(small.try_take_above(0.0, 5.0), Ok(()));
+    }
 
     #[test]
     fn reservations_beyond_the_burst_are_spread_at_the_rate_and_time_refills() {
