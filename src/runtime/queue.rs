@@ -48,15 +48,7 @@ struct Queued {
     turn: Turn,
     /// When it joined, as the queue counts: its order within its turn.
     arrival: u64,
-    /// Its place within its turn: `arrival`, or its complement when newest go first.
-    seq: u64,
     since: Instant,
-}
-
-impl Queued {
-    fn slot(&self, key: &str) -> Slot {
-        (self.lane, self.rank, self.turn, self.seq, key.to_string())
-    }
 }
 
 /// (lane, -priority, turn, place, key): the order keys are handed out in.
@@ -75,7 +67,8 @@ struct State {
     processing: HashMap<String, (Lane, Instant)>,
     /// Keys added while being worked on: queued again (lane, priority) once done.
     dirty: HashMap<String, (Lane, i64)>,
-    /// Newest first: how long a key may wait before it goes ahead of the newer ones.
+    /// Newest first: how long a key may wait before it goes ahead of the newer ones (set once,
+    /// before the first key).
     patience: Option<Duration>,
     /// The live keys handed out newest first, by arrival: the oldest is the next to be overdue.
     arrivals: BTreeMap<u64, String>,
@@ -298,10 +291,28 @@ fn rescue_overdue(s: &mut State, now: Instant) {
     }
 }
 
+impl State {
+    /// Whether `q` is handed out newest first.
+    fn newest_first(&self, q: &Queued) -> bool {
+        self.patience.is_some() && q.lane == Lane::Live && q.turn == Turn::Waiting
+    }
+
+    /// `q`'s place in `active`: within its turn by arrival, the newest first when it goes so.
+    fn slot(&self, key: &str, q: &Queued) -> Slot {
+        let place = if self.newest_first(q) {
+            u64::MAX - q.arrival
+        } else {
+            q.arrival
+        };
+        (q.lane, q.rank, q.turn, place, key.to_string())
+    }
+}
+
 /// Takes `key` out of the queued keys, if it is one.
 fn unqueue(s: &mut State, key: &str) -> Option<Queued> {
     let q = s.queued.remove(key)?;
-    s.active.remove(&q.slot(key));
+    let slot = s.slot(key, &q);
+    s.active.remove(&slot);
     s.arrivals.remove(&q.arrival);
     if q.lane == Lane::Backlog {
         s.queued_backlog -= 1;
@@ -309,16 +320,13 @@ fn unqueue(s: &mut State, key: &str) -> Option<Queued> {
     Some(q)
 }
 
-/// Queues `key` at its place (`q`'s `seq` is worked out here).
-fn enqueue(s: &mut State, key: &str, mut q: Queued) {
-    let newest_first = s.patience.is_some() && q.lane == Lane::Live && q.turn == Turn::Waiting;
-    q.seq = if newest_first {
+/// Queues `key` at its place.
+fn enqueue(s: &mut State, key: &str, q: Queued) {
+    if s.newest_first(&q) {
         s.arrivals.insert(q.arrival, key.to_string());
-        u64::MAX - q.arrival
-    } else {
-        q.arrival
-    };
-    s.active.insert(q.slot(key));
+    }
+    let slot = s.slot(key, &q);
+    s.active.insert(slot);
     if q.lane == Lane::Backlog {
         s.queued_backlog += 1;
     }
@@ -364,7 +372,6 @@ fn insert(s: &mut State, key: &str, lane: Lane, rank: i64, now: Instant) {
                 rank,
                 turn: Turn::Waiting,
                 arrival: s.seq,
-                seq: 0,
                 since: now,
             };
             enqueue(s, key, q);

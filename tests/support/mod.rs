@@ -620,8 +620,9 @@ impl ControllerHandle {
 
     /// The value of a line of the controller's `/metrics` that starts with `prefix`.
     pub async fn metric(&self, prefix: &str) -> Option<f64> {
-        let (_, body) = http_get(self.health_port, "/metrics").await.ok()?;
-        body.lines()
+        self.metrics_text()
+            .await
+            .lines()
             .find(|l| l.starts_with(prefix))
             .and_then(|l| l.rsplit(' ').next())
             .and_then(|v| v.parse().ok())
