@@ -27,6 +27,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use super::feeds::chart_verified;
 use super::{feeds, index, overrides, triggers};
 use crate::apis::known;
 use crate::apis::{
@@ -264,17 +265,6 @@ impl Rendered {
     pub fn blocked(&self) -> bool {
         self.problems.iter().any(|p| p.blocking)
     }
-}
-
-/// Whether the HelmChart's status speaks for its current spec: the lookup recorded the
-/// generation it looked at (a status written without one, by an older controller, is taken as
-/// it is).
-pub fn chart_verified(chart: &HelmChart) -> bool {
-    chart.status.as_ref().is_some_and(|s| {
-        s.phase.is_some()
-            && s.observed_generation
-                .is_none_or(|g| Some(g) == chart.metadata.generation)
-    })
 }
 
 /// Renders every feed of `base` from its Manifests with the overrides that apply. A feed that

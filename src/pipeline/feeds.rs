@@ -8,7 +8,7 @@ use std::sync::Arc;
 use kube::ResourceExt;
 
 use crate::apis::known;
-use crate::apis::{Feed, Manifest, Subscription};
+use crate::apis::{Feed, HelmChart, Manifest, Subscription};
 
 /// `apps/v1` -> (`apps`, `v1`); `v1` -> (``, `v1`).
 pub fn group_version(api_version: &str) -> (&str, &str) {
@@ -111,6 +111,17 @@ pub(crate) fn test_manifest(template: serde_json::Value) -> std::sync::Arc<Manif
         }))
         .expect("a Manifest"),
     )
+}
+
+/// Whether the HelmChart's status speaks for its current spec: the lookup recorded the
+/// generation it looked at (a status written without one, by an older controller, is taken as
+/// it is).
+pub fn chart_verified(chart: &HelmChart) -> bool {
+    chart.status.as_ref().is_some_and(|s| {
+        s.phase.is_some()
+            && s.observed_generation
+                .is_none_or(|g| Some(g) == chart.metadata.generation)
+    })
 }
 
 #[cfg(test)]

@@ -96,7 +96,7 @@ pub fn snapshot(sub: &Subscription, inputs: &Inputs<'_>) -> Result<SubscriptionR
                         && c.name_any() == feed.name
                 })
                 .ok_or_else(|| format!("{feed} does not exist"))?;
-            if !super::base::chart_verified(chart)
+            if !feeds::chart_verified(chart)
                 || chart.status.as_ref().and_then(|s| s.phase)
                     == Some(crate::apis::HelmChartPhase::NotFound)
             {
