@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::feeds::chart_verified;
+use super::feeds::ChartNotReady;
 use super::{feeds, index, overrides, triggers};
 use crate::apis::known;
 use crate::apis::{
@@ -317,20 +317,31 @@ fn render_manifest(
     previous: &[Value],
     out: &mut Rendered,
 ) {
-    let template = &m.spec.template;
     let applicable = overrides::applicable_overrides(
         scope.globalizations,
         scope.localizations,
         scope.namespace,
         &m.uid().unwrap_or_default(),
-        m.labels()
-            .get(known::CONFIG_KIND_LABEL)
-            .map(String::as_str)
-            .unwrap_or(&feed.kind),
+        // `feeds::find` matched the Manifest's config.kind label to the feed's kind
+        &feed.kind,
         Some(feed),
         scope.cluster_labels,
     );
-    match overrides::render_generic(template, &applicable) {
+    render_object(key, feed, &m.spec.template, &applicable, previous, out);
+}
+
+/// One template with its override rules into `out`; on failure, what was deployed before for
+/// this object (instead of pruning it) and a problem that blocks nothing else. A live render and
+/// a revision's render both end here.
+fn render_object(
+    key: &str,
+    feed: &Feed,
+    template: &Value,
+    rules: &[crate::apis::OverrideConfig],
+    previous: &[Value],
+    out: &mut Rendered,
+) {
+    match overrides::render_generic(template, rules) {
         Ok(obj) => out.objects.push(obj),
         Err(e) => {
             out.problems.push(Problem {
@@ -343,6 +354,30 @@ fn render_manifest(
             }
         }
     }
+}
+
+/// A chart with its chart overrides applied, as a Description carries it; a failure blocks the
+/// Base (a chart has no previous form to keep apart from its Description).
+fn rendered_chart(
+    key: &str,
+    feed: &Feed,
+    chart: &Value,
+    rules: &[crate::apis::OverrideConfig],
+) -> Result<RenderedChart, Problem> {
+    let r = overrides::render_helm(chart, rules).map_err(|e| {
+        Problem::blocking(
+            "FailedApplyingOverrides".into(),
+            format!("rendering {feed} for {key}: {e}"),
+        )
+    })?;
+    Ok(RenderedChart {
+        reference: ChartReference {
+            namespace: feed.namespace.clone(),
+            name: feed.name.clone(),
+        },
+        values: r.values,
+        chart: r.chart,
+    })
 }
 
 /// A HelmChart feed with its chart overrides, if the chart exists and its lookup found the
@@ -362,29 +397,28 @@ fn render_chart(
             format!("Base {key} is using a nonexistent {feed}"),
         ));
     };
-    if !chart_verified(chart) {
-        return Err(Problem::blocking(
-            "VerifyingHelmChart".into(),
-            format!("HelmChart {}/{} is in verifying", feed.namespace, feed.name),
-        ));
-    }
-    if let Some(status) = chart
-        .status
-        .as_ref()
-        .filter(|s| s.phase == Some(crate::apis::HelmChartPhase::NotFound))
-    {
-        let why = if status.reason.is_empty() {
-            "the repository does not have it"
-        } else {
-            status.reason.as_str()
-        };
-        return Err(Problem::blocking(
-            "HelmChartNotFound".into(),
-            format!(
-                "helm chart {}/{} is not found: {why}; Base {key} keeps the last version found",
-                feed.namespace, feed.name,
-            ),
-        ));
+    match feeds::chart_ready(chart) {
+        Ok(()) => {}
+        Err(ChartNotReady::Verifying) => {
+            return Err(Problem::blocking(
+                "VerifyingHelmChart".into(),
+                format!("HelmChart {}/{} is in verifying", feed.namespace, feed.name),
+            ));
+        }
+        Err(ChartNotReady::NotFound(reason)) => {
+            let why = if reason.is_empty() {
+                "the repository does not have it"
+            } else {
+                reason.as_str()
+            };
+            return Err(Problem::blocking(
+                "HelmChartNotFound".into(),
+                format!(
+                    "helm chart {}/{} is not found: {why}; Base {key} keeps the last version found",
+                    feed.namespace, feed.name,
+                ),
+            ));
+        }
     }
     let applicable = overrides::applicable_overrides(
         scope.globalizations,
@@ -395,20 +429,7 @@ fn render_chart(
         Some(feed),
         scope.cluster_labels,
     );
-    let r = overrides::render_helm(&chart_template(chart), &applicable).map_err(|e| {
-        Problem::blocking(
-            "FailedApplyingOverrides".into(),
-            format!("rendering {feed} for {key}: {e}"),
-        )
-    })?;
-    Ok(RenderedChart {
-        reference: ChartReference {
-            namespace: feed.namespace.clone(),
-            name: feed.name.clone(),
-        },
-        values: r.values,
-        chart: r.chart,
-    })
+    rendered_chart(key, feed, &chart_template(chart), &applicable)
 }
 
 /// Renders `base` from a recorded revision instead of the live feeds (a rollout pins the Base to
@@ -425,26 +446,26 @@ pub fn render_revision(
     let key = key(base);
     let ns = base.namespace().unwrap_or_default();
     let recorded = revision.overrides.get(&ns);
-    let rules =
-        |fi: usize, oi: usize, feed: &Feed, kind: &str| -> Vec<crate::apis::OverrideConfig> {
-            let mut r: Vec<_> = recorded
-                .iter()
-                .flat_map(|list| list.iter())
-                .filter(|o| o.feed == fi && o.object == oi)
-                .flat_map(|o| o.overrides.iter().cloned())
-                .collect();
-            let no_globalizations: &[Globalization] = &[];
-            r.extend(overrides::applicable_overrides(
-                no_globalizations,
-                shares,
-                &ns,
-                "",
-                kind,
-                Some(feed),
-                &[],
-            ));
-            r
-        };
+    let rules = |fi: usize, oi: usize, feed: &Feed| -> Vec<crate::apis::OverrideConfig> {
+        let mut r: Vec<_> = recorded
+            .iter()
+            .flat_map(|list| list.iter())
+            .filter(|o| o.feed == fi && o.object == oi)
+            .flat_map(|o| o.overrides.iter().cloned())
+            .collect();
+        let no_globalizations: &[Globalization] = &[];
+        r.extend(overrides::applicable_overrides(
+            no_globalizations,
+            shares,
+            &ns,
+            "",
+            // as a live render matches them: by the feed's kind
+            &feed.kind,
+            Some(feed),
+            &[],
+        ));
+        r
+    };
     let mut out = Rendered::default();
     for (fi, content) in revision.feeds.iter().enumerate() {
         let feed = &content.feed;
@@ -455,37 +476,21 @@ pub fn render_revision(
                 "metadata": {"name": feed.name, "namespace": feed.namespace},
                 "spec": spec,
             });
-            match overrides::render_helm(&chart, &rules(fi, 0, feed, "HelmChart")) {
-                Ok(r) => out.charts.push(RenderedChart {
-                    reference: ChartReference {
-                        namespace: feed.namespace.clone(),
-                        name: feed.name.clone(),
-                    },
-                    values: r.values,
-                    chart: r.chart,
-                }),
-                Err(e) => out.problems.push(Problem::blocking(
-                    "FailedApplyingOverrides".into(),
-                    format!("rendering {feed} for {key}: {e}"),
-                )),
+            match rendered_chart(&key, feed, &chart, &rules(fi, 0, feed)) {
+                Ok(c) => out.charts.push(c),
+                Err(problem) => out.problems.push(problem),
             }
             continue;
         }
         for (oi, template) in content.objects.iter().enumerate() {
-            let kind = template["kind"].as_str().unwrap_or(&feed.kind);
-            match overrides::render_generic(template, &rules(fi, oi, feed, kind)) {
-                Ok(obj) => out.objects.push(obj),
-                Err(e) => {
-                    out.problems.push(Problem {
-                        reason: "FailedApplyingOverrides".into(),
-                        message: format!("rendering {feed} for {key}: {e}"),
-                        blocking: false,
-                    });
-                    if let Some(prev) = previous.iter().find(|p| same_object(p, template)) {
-                        out.objects.push(prev.clone());
-                    }
-                }
-            }
+            render_object(
+                &key,
+                feed,
+                template,
+                &rules(fi, oi, feed),
+                previous,
+                &mut out,
+            );
         }
     }
     out

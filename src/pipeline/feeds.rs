@@ -124,6 +124,30 @@ pub fn chart_verified(chart: &HelmChart) -> bool {
     })
 }
 
+/// Why a HelmChart feed cannot be rendered yet, when it cannot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChartNotReady {
+    /// Its lookup has not looked at its current spec yet.
+    Verifying,
+    /// Its lookup did not find the version it asks for (the lookup's reason, may be empty).
+    NotFound(String),
+}
+
+/// Whether a HelmChart can be rendered: its lookup looked at its current spec and found the
+/// chart. The Base controller and the revision controller both ask this, so a chart never makes
+/// a revision that cannot deploy.
+pub fn chart_ready(chart: &HelmChart) -> Result<(), ChartNotReady> {
+    if !chart_verified(chart) {
+        return Err(ChartNotReady::Verifying);
+    }
+    match chart.status.as_ref() {
+        Some(s) if s.phase == Some(crate::apis::HelmChartPhase::NotFound) => {
+            Err(ChartNotReady::NotFound(s.reason.clone()))
+        }
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -96,10 +96,7 @@ pub fn snapshot(sub: &Subscription, inputs: &Inputs<'_>) -> Result<SubscriptionR
                         && c.name_any() == feed.name
                 })
                 .ok_or_else(|| format!("{feed} does not exist"))?;
-            if !feeds::chart_verified(chart)
-                || chart.status.as_ref().and_then(|s| s.phase)
-                    == Some(crate::apis::HelmChartPhase::NotFound)
-            {
+            if feeds::chart_ready(chart).is_err() {
                 return Err(format!("{feed} is not found or not looked up yet"));
             }
             keys.push((fi, 0, chart.uid().unwrap_or_default(), "HelmChart".into()));
@@ -115,12 +112,9 @@ pub fn snapshot(sub: &Subscription, inputs: &Inputs<'_>) -> Result<SubscriptionR
             return Err(format!("{feed} does not exist"));
         }
         for (oi, m) in found.iter().enumerate() {
-            let kind = m
-                .labels()
-                .get(known::CONFIG_KIND_LABEL)
-                .cloned()
-                .unwrap_or_else(|| feed.kind.clone());
-            keys.push((fi, oi, m.uid().unwrap_or_default(), kind));
+            // `feeds::find` matched the Manifest's config.kind label to the feed's kind; the
+            // Base controller matches overrides by the same
+            keys.push((fi, oi, m.uid().unwrap_or_default(), feed.kind.clone()));
         }
         contents.push(FeedContent {
             feed: feed.clone(),
@@ -468,15 +462,18 @@ async fn reconcile(ctx: &Ctx, sub: &Subscription) -> Result<Action, RevisionErro
     let ns = sub.namespace().unwrap_or_default();
     // nobody waits on the history: it takes only the API budget the pipeline leaves over
     let api: Api<ControllerRevision> = Api::namespaced(ctx.rt.background_client.clone(), &ns);
-    let newest = revisions
-        .iter()
-        .max_by_key(|r| r.revision)
-        .and_then(|r| r.data.as_ref())
-        .and_then(|d| serde_json::from_value::<SubscriptionRevision>(d.0.clone()).ok());
+    // read only when a revision is written (most looks write nothing)
+    let newest = || {
+        revisions
+            .iter()
+            .max_by_key(|r| r.revision)
+            .and_then(|r| r.data.as_ref())
+            .and_then(|d| serde_json::from_value::<SubscriptionRevision>(d.0.clone()).ok())
+    };
     for step in steps {
         match step {
             Step::Create { name, number } | Step::Renumber { name, number } => {
-                let cause = change_cause(newest.as_ref(), &snap);
+                let cause = change_cause(newest().as_ref(), &snap);
                 let body = revision_body(sub, &name, number, &hash, &snap, &cause);
                 let written = apply::apply(&api, FIELD_MANAGER, &name, &body)
                     .await
