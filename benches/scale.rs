@@ -379,12 +379,12 @@ fn follow(
             .boxed();
         let mut per_sub: HashMap<String, std::collections::HashSet<String>> = HashMap::new();
         enum Seen {
-            Sub(Subscription),
-            Desc(Description),
+            Sub(Box<Subscription>),
+            Desc(Box<Description>),
         }
         let mut both = futures::stream::select(
-            subs.map(|s| s.map(Seen::Sub)),
-            descs.map(|d| d.map(Seen::Desc)),
+            subs.map(|s| s.map(|s| Seen::Sub(Box::new(s)))),
+            descs.map(|d| d.map(|d| Seen::Desc(Box::new(d)))),
         );
         while let Some(ev) = both.next().await {
             let now = Instant::now();

@@ -61,6 +61,9 @@ pub const REVISION_HASH_LABEL: &str = "apps.clusternet.io/revision-hash";
 /// namespace) it is to be rendered from instead of the live feeds (a rollout pins Bases so); on a
 /// Description, the revision it was rendered from.
 pub const REVISION_ANNOTATION: &str = "apps.clusternet.io/revision";
+/// Annotation (beyond upstream): on a Base, `rollout` when the Subscription controller pinned it
+/// for a staged rollout (so the pin goes when the strategy goes; a pin set by hand stays).
+pub const PINNED_BY_ANNOTATION: &str = "apps.clusternet.io/pinned-by";
 /// Annotation: kubectl's record of why a revision was made (`kubectl rollout history` shows it).
 pub const CHANGE_CAUSE_ANNOTATION: &str = "kubernetes.io/change-cause";
 

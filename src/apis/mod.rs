@@ -52,10 +52,12 @@ pub use apps::{
     FeedStatus, FeedStatusPerCluster, FieldFormat, Globalization, GlobalizationSpec, HelmChart,
     HelmChartPhase, HelmChartSpec, HelmChartStatus, HelmOptions, HelmRelease, HelmReleaseSpec,
     HelmReleaseStatus, HelmReleaseStatusPhase, Localization, LocalizationSpec, Manifest,
-    ManifestFields, ManifestStatus, ObjectOverrides, OverrideConfig, OverridePolicy, OverrideType,
-    PreemptionPolicy, ReplicaDividingType, ReplicaRequirements, ReplicaStatus, RetainedField,
-    SchedulingDecision, SchedulingStrategy, SelectedCluster, SubGroupStrategy, Subscriber,
-    Subscription, SubscriptionRevision, SubscriptionSpec, SubscriptionStatus,
+    ManifestFields, ManifestStatus, ObjectOverrides, OnFailure, OverrideConfig, OverridePolicy,
+    OverrideType, PreemptionPolicy, ReplicaDividingType, ReplicaRequirements, ReplicaStatus,
+    RetainedField, RolloutPhase, RolloutStage, RolloutStatus, RolloutStrategy, RolloutStrategySpec,
+    SchedulingDecision, SchedulingStrategy, SelectedCluster, StagePhase, StageStatus,
+    SubGroupStrategy, Subscriber, Subscription, SubscriptionRevision, SubscriptionSpec,
+    SubscriptionStatus,
 };
 pub use clusters::{
     ApprovedResult, ClusterRegistrationRequest, ClusterRegistrationRequestSpec,
@@ -99,6 +101,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         crd_for::<Localization>(),
         crd_for::<Globalization>(),
         crd_for::<FeedInventory>(),
+        crd_for::<RolloutStrategy>(),
         crd_for::<ServiceExport>(),
         crd_for::<ServiceImport>(),
     ];
@@ -256,6 +259,7 @@ mod tests {
                 "localizations.apps.clusternet.io",
                 "managedclusters.clusters.clusternet.io",
                 "manifests.apps.clusternet.io",
+                "rolloutstrategies.apps.clusternet.io",
                 "serviceexports.multicluster.x-k8s.io",
                 "serviceimports.multicluster.x-k8s.io",
                 "subscriptions.apps.clusternet.io",

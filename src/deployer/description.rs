@@ -144,6 +144,7 @@ pub enum Report {
 pub fn plan_status(
     previous: &DescriptionStatus,
     outcome: Outcome,
+    generation: Option<i64>,
 ) -> Option<(DescriptionStatus, Option<Report>)> {
     let failed = !outcome.errors.is_empty();
     let status = DescriptionStatus {
@@ -154,6 +155,7 @@ pub fn plan_status(
         }),
         reason: outcome.errors.join("; "),
         manifest_statuses: outcome.statuses,
+        observed_generation: generation,
     };
     if status == *previous {
         return None;
@@ -177,6 +179,7 @@ fn status_body(desc: &Description, status: &DescriptionStatus) -> serde_json::Va
             "phase": status.phase,
             "reason": status.reason,
             "manifestStatuses": status.manifest_statuses,
+            "observedGeneration": status.observed_generation,
         }),
     )
 }
@@ -207,7 +210,7 @@ pub async fn reconcile(
         .await;
     let next = next_look(&outcome, resync);
     tell_outcome(&desc, &outcome, events);
-    let Some((status, report)) = plan_status(&previous, outcome) else {
+    let Some((status, report)) = plan_status(&previous, outcome, desc.metadata.generation) else {
         return Ok(Action::requeue(next));
     };
     match report {
@@ -336,13 +339,13 @@ mod tests {
     #[test]
     fn status_is_written_when_it_changes_with_an_event_on_news() {
         let never = DescriptionStatus::default();
-        let (ok, report) = plan_status(&never, outcome(&[])).expect("a first status");
+        let (ok, report) = plan_status(&never, outcome(&[]), Some(1)).expect("a first status");
         assert_eq!(ok.phase, Some(DescriptionPhase::Success));
         assert_eq!(report, Some(Report::Deployed));
         // the same again: no write
-        assert_eq!(plan_status(&ok, outcome(&[])), None);
+        assert_eq!(plan_status(&ok, outcome(&[]), Some(1)), None);
         // a failure: written, with its reason
-        let (bad, report) = plan_status(&ok, outcome(&["boom"])).expect("a failure");
+        let (bad, report) = plan_status(&ok, outcome(&["boom"]), Some(1)).expect("a failure");
         assert_eq!(
             (bad.phase, bad.reason.as_str()),
             (Some(DescriptionPhase::Failure), "boom")
@@ -351,7 +354,7 @@ mod tests {
         // the same failure with other statuses: written, no second event
         let mut other = outcome(&["boom"]);
         other.statuses.clear();
-        let (_, report) = plan_status(&bad, other).expect("a change");
+        let (_, report) = plan_status(&bad, other, Some(1)).expect("a change");
         assert_eq!(report, None);
         // the body carries every field, the empty reason too, and nothing the server owns
         let body = status_body(&desc("Generic", false, true), &ok);

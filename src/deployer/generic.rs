@@ -355,6 +355,7 @@ fn settled_value(kind: &str, obj: &Value) -> bool {
 struct Brought {
     settled: bool,
     observed_status: Option<Value>,
+    health: Option<crate::kube_ext::health::Health>,
     watched: bool,
     retained: Vec<RetainedField>,
     drift: Option<Drift>,
@@ -558,6 +559,7 @@ impl ChildCluster {
                     out.statuses.push(ManifestStatus {
                         feed: Feed::new(&r.api_version, &r.kind, &r.namespace, &r.name),
                         observed_status: done.observed_status,
+                        health: done.health,
                         drift,
                         retained: done.retained,
                     });
@@ -618,6 +620,7 @@ impl ChildCluster {
                 return Ok(Brought {
                     settled: l.is_some_and(|l| settled_value(&r.kind, l)),
                     observed_status: l.and_then(|l| l.get("status").cloned()),
+                    health: l.map(crate::kube_ext::health::of),
                     watched,
                     retained,
                     drift,
@@ -644,6 +647,7 @@ impl ChildCluster {
         Ok(Brought {
             settled: settled_value(&r.kind, &value),
             observed_status: value.get("status").cloned(),
+            health: Some(crate::kube_ext::health::of(&value)),
             watched,
             retained,
             drift,

@@ -31,6 +31,7 @@ use crate::apis::{
 };
 use crate::helm::cli::{self, At, Chart, Helm, HelmError, Install, Release};
 use crate::helm::repo::{self, Credentials};
+use crate::kube_ext::health::{Health, HealthStatus};
 use crate::runtime::apply;
 use crate::runtime::controller::{ApiFailure, ReconcileError};
 use crate::runtime::events::Events;
@@ -275,6 +276,7 @@ pub fn description_status(desc: &Description, releases: &[Arc<HelmRelease>]) -> 
                 }
             }
         };
+        let deployed = phase == DescriptionPhase::Success;
         if worst.as_ref().is_none_or(|(w, _)| rank(&phase) < rank(w)) {
             worst = Some((phase, reason));
         }
@@ -285,6 +287,10 @@ pub fn description_status(desc: &Description, releases: &[Arc<HelmRelease>]) -> 
                 namespace: chart.namespace.clone(),
                 name: chart.name.clone(),
             },
+            health: deployed.then(|| Health {
+                status: HealthStatus::Current,
+                message: "release deployed".into(),
+            }),
             observed_status: status.and_then(|s| serde_json::to_value(s).ok()),
             ..Default::default()
         });
@@ -294,6 +300,7 @@ pub fn description_status(desc: &Description, releases: &[Arc<HelmRelease>]) -> 
         phase: Some(phase),
         reason,
         manifest_statuses: statuses,
+        observed_generation: desc.metadata.generation,
     }
 }
 

@@ -12,6 +12,7 @@ pub mod index;
 pub mod overrides;
 pub mod preview;
 pub mod revision;
+pub mod rollout;
 pub mod status;
 pub mod subscription;
 pub mod triggers;

@@ -81,7 +81,9 @@ pub struct Inputs<'a> {
 pub fn snapshot(sub: &Subscription, inputs: &Inputs<'_>) -> Result<SubscriptionRevision, String> {
     let mut spec = serde_json::to_value(&sub.spec).map_err(|e| e.to_string())?;
     if let Some(o) = spec.as_object_mut() {
+        // how many revisions are kept and how they roll out render nothing
         o.remove("revisionHistoryLimit");
+        o.remove("rolloutStrategyName");
     }
     // what each object is matched to overrides by: its uid, kind and feed
     let mut keys: Vec<(usize, usize, String, String)> = Vec::new();
@@ -325,7 +327,9 @@ struct Ctx {
     bases: Index<Base>,
 }
 
-fn revisions_by_subscription(s: &Shared<ControllerRevision>) -> Index<ControllerRevision> {
+pub(crate) fn revisions_by_subscription(
+    s: &Shared<ControllerRevision>,
+) -> Index<ControllerRevision> {
     s.index("subscription-uid", |r| {
         r.labels()
             .get(known::CONFIG_SUBSCRIPTION_UID_LABEL)

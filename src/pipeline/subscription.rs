@@ -264,8 +264,9 @@ pub fn plan_bases(
                 labels.insert(l.to_string(), v.clone());
             }
         }
+        let pin = rollout_pin(sub, cluster);
         let change = match newest_base(&key, existing, cluster_ns) {
-            Some(b) => base_change(sub, b, cluster_ns, labels),
+            Some(b) => base_change(sub, b, cluster_ns, labels, pin),
             None => {
                 let name = new_name(&sub.name_any());
                 BaseChange::Create(desired_base(
@@ -274,6 +275,7 @@ pub fn plan_bases(
                     &name,
                     labels,
                     sub.annotations(),
+                    pin,
                 ))
             }
         };
@@ -310,19 +312,39 @@ fn newest_base<'b>(key: &str, existing: &'b [Base], cluster_ns: &str) -> Option<
     mine.first().copied()
 }
 
-/// What the existing Base `b` needs: an update when its feeds, labels, finalizer or drift
-/// settings differ from the Subscription's.
+/// The revision a staged rollout pins the Base of `cluster` (a bindingClusters entry) to: what
+/// the rollout controller's `status.rollout` says (docs/spec/deployer.md §16); none without a
+/// RolloutStrategy.
+fn rollout_pin<'s>(sub: &'s Subscription, cluster: &str) -> Option<&'s str> {
+    sub.spec.rollout_strategy_name.as_ref()?;
+    let rollout = sub.status.as_ref()?.rollout.as_deref()?;
+    Some(super::rollout::pin_for(rollout, cluster))
+}
+
+/// Whether `b` carries the pin a rollout wants: `pin`, or none of ours when there is none.
+fn pinned_as_wanted(b: &Base, pin: Option<&str>) -> bool {
+    let a = b.annotations();
+    match pin {
+        Some(p) => a.get(known::REVISION_ANNOTATION).map(String::as_str) == Some(p),
+        None => !a.contains_key(known::PINNED_BY_ANNOTATION),
+    }
+}
+
+/// What the existing Base `b` needs: an update when its feeds, labels, finalizer, drift
+/// settings or rollout pin differ from what the Subscription wants.
 fn base_change(
     sub: &Subscription,
     b: &Base,
     cluster_ns: &str,
     labels: BTreeMap<String, String>,
+    pin: Option<&str>,
 ) -> BaseChange {
     let has_labels = labels.iter().all(|(k, v)| b.labels().get(k) == Some(v));
     let needs = b.spec.feeds != sub.spec.feeds
         || !has_labels
         || !b.finalizers().iter().any(|f| f == known::APP_FINALIZER)
-        || !same_drift_settings(sub.annotations(), b.annotations());
+        || !same_drift_settings(sub.annotations(), b.annotations())
+        || !pinned_as_wanted(b, pin);
     if !needs {
         return BaseChange::Unchanged(b.clone());
     }
@@ -335,7 +357,7 @@ fn base_change(
             .filter(|(k, _)| *k == known::IS_DEFAULT_CLUSTER_INIT_ANNOTATION)
             .map(|(k, v)| (k.clone(), v.clone())),
     );
-    let desired = desired_base(sub, cluster_ns, &b.name_any(), labels, &annotations);
+    let desired = desired_base(sub, cluster_ns, &b.name_any(), labels, &annotations, pin);
     BaseChange::Update {
         before: b.resource_version(),
         desired,
@@ -391,13 +413,15 @@ pub fn same_drift_settings(a: &BTreeMap<String, String>, b: &BTreeMap<String, St
 }
 
 /// The Base we own in `ns`: our labels and finalizer, the default-cluster-init annotation when
-/// `annotations` carry it, and the Subscription's feeds.
+/// `annotations` carry it, the rollout's pin, and the Subscription's feeds. (An apply without a
+/// pin we set before removes it; a pin set by hand is not ours and stays.)
 fn desired_base(
     sub: &Subscription,
     ns: &str,
     name: &str,
     labels: BTreeMap<String, String>,
     annotations: &BTreeMap<String, String>,
+    pin: Option<&str>,
 ) -> Base {
     let mut annotations: BTreeMap<String, String> = annotations
         .iter()
@@ -405,6 +429,10 @@ fn desired_base(
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     annotations.extend(drift_settings(sub.annotations()));
+    if let Some(p) = pin {
+        annotations.insert(known::REVISION_ANNOTATION.into(), p.into());
+        annotations.insert(known::PINNED_BY_ANNOTATION.into(), "rollout".into());
+    }
     let mut base = Base::new(
         name,
         BaseSpec {

@@ -13,7 +13,7 @@ use kube::api::{Api, ListParams};
 
 use crate::apis::known;
 use crate::apis::known::CHANGE_CAUSE_ANNOTATION;
-use crate::apis::{Subscription, SubscriptionRevision};
+use crate::apis::{RolloutPhase, Subscription, SubscriptionRevision};
 use crate::kube_ext::yaml;
 
 use super::placement::is_subscription_word;
@@ -21,20 +21,28 @@ use super::placement::is_subscription_word;
 pub const USAGE: &str = "\
 Usage:
   kubectl clusternet rollout history subscription/NAME [-n NAMESPACE] [--revision=N] [-o json|yaml]
+  kubectl clusternet rollout status subscription/NAME [-n NAMESPACE] [-w=false] [--timeout=DURATION]
 
 Manages the rollout of a Subscription (the verbs of kubectl rollout). Every change to what a
 Subscription deploys (its spec, its feeds' content, the HelmCharts it deploys, the overrides that
 apply to it) is kept as a numbered revision (a ControllerRevision in its namespace; the newest
 spec.revisionHistoryLimit, default 10).
 
+With a RolloutStrategy (spec.rolloutStrategyName), a new revision moves through the clusters
+stage by stage and rolls back on its own when a stage fails.
+
 Verbs:
   history      list the revisions with what changed in each, or show one with --revision=N
+  status       follow the rollout of the newest revision until it completes (exit 0), or until
+               it is rolled back or paused by a failed stage (exit 1)
 
 Options:
   -n, --namespace NS    namespace of the Subscription (default: the context's, default)
       --revision N      show what revision N holds: the Subscription's spec, each feed's content,
                         and the overrides of each cluster namespace
   -o, --output FORMAT   json or yaml (with --revision: that revision's content)
+  -w, --watch           status: keep following until the rollout ends (default true)
+      --timeout D       status: give up after this long (a duration, 0 = never; default 0)
 
 Other targets (deployment/web) go to kubectl's own rollout through the shadow API.
 ";
@@ -51,6 +59,10 @@ pub struct RolloutArgs {
     pub namespace: Option<String>,
     pub revision: Option<i64>,
     pub output: Option<String>,
+    /// `status`: follow until the rollout ends (kubectl's default) or print once.
+    pub watch: bool,
+    /// `status`: how long to follow (None: no limit).
+    pub timeout: Option<std::time::Duration>,
 }
 
 /// The target of `kubectl clusternet rollout ...` when it is a Subscription, else `None` (the
@@ -70,7 +82,10 @@ pub fn is_subscription_target(args: &[OsString]) -> bool {
 
 /// Reads the arguments after `rollout`.
 pub fn parse(args: &[OsString]) -> Result<RolloutArgs, String> {
-    let mut out = RolloutArgs::default();
+    let mut out = RolloutArgs {
+        watch: true,
+        ..Default::default()
+    };
     let mut words = Vec::new();
     let mut args = super::args::OwnArgs::new(args);
     while let Some((flag, inline)) = args.next_arg() {
@@ -94,6 +109,21 @@ pub fn parse(args: &[OsString]) -> Result<RolloutArgs, String> {
                         ));
                     }
                 }
+            }
+            "-w" | "--watch" => {
+                out.watch = match inline.as_deref() {
+                    None | Some("true") => true,
+                    Some("false") => false,
+                    Some(v) => {
+                        return Err(format!("invalid argument {v:?} for \"--watch\" flag"));
+                    }
+                }
+            }
+            "--timeout" => {
+                let v = value("--timeout")?;
+                let d = crate::config::parse_go_duration(&v)
+                    .map_err(|e| format!("invalid argument {v:?} for \"--timeout\" flag: {e}"))?;
+                out.timeout = (!d.is_zero()).then_some(d);
             }
             f if f.starts_with('-') && f.len() > 1 => return Err(format!("unknown flag: {f}")),
             _ => words.push(flag),
@@ -138,15 +168,112 @@ pub fn history_table(name: &str, rows: &[Row]) -> String {
     out
 }
 
+/// Where a rollout is, as `kubectl rollout status` says it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Progress {
+    /// Not done: what it waits for.
+    Waiting(String),
+    Done(String),
+    Failed(String),
+}
+
+/// The status line of a Subscription's rollout.
+pub fn progress(sub: &Subscription) -> Progress {
+    let name = sub.name_any();
+    let Some(strategy) = &sub.spec.rollout_strategy_name else {
+        return Progress::Done(format!(
+            "subscription \"{name}\" has no rollout strategy: every change reaches every cluster at once"
+        ));
+    };
+    let Some(r) = sub.status.as_ref().and_then(|s| s.rollout.as_deref()) else {
+        return Progress::Waiting(format!(
+            "Waiting for the rollout of subscription \"{name}\" to start (strategy {strategy})..."
+        ));
+    };
+    match r.phase {
+        RolloutPhase::Completed => Progress::Done(format!(
+            "subscription \"{name}\" successfully rolled out (revision {})",
+            r.revision_number
+        )),
+        RolloutPhase::RolledBack | RolloutPhase::Paused => Progress::Failed(format!(
+            "rollout of subscription \"{name}\" revision {} {}: {}",
+            r.revision_number,
+            if r.phase == RolloutPhase::Paused {
+                "is paused"
+            } else {
+                "was rolled back"
+            },
+            r.message
+        )),
+        RolloutPhase::Progressing => {
+            let total = r.stages.len();
+            let stage = usize::try_from(r.stage).unwrap_or(0);
+            let detail = r
+                .stages
+                .get(stage)
+                .map(|s| {
+                    format!(
+                        "stage {} of {total} ({}): {} of {} clusters updated, {} healthy; {}",
+                        stage + 1,
+                        s.name,
+                        s.updated.len(),
+                        s.clusters.len(),
+                        s.healthy.len(),
+                        s.message
+                    )
+                })
+                .unwrap_or_else(|| r.message.clone());
+            Progress::Waiting(format!(
+                "Waiting for rollout of revision {} to finish: {detail}",
+                r.revision_number
+            ))
+        }
+    }
+}
+
+async fn status(
+    subs: &Api<Subscription>,
+    args: &RolloutArgs,
+    first: Subscription,
+) -> Result<ExitCode, String> {
+    let started = std::time::Instant::now();
+    let mut sub = first;
+    let mut last = String::new();
+    loop {
+        match progress(&sub) {
+            Progress::Done(line) => return Ok(crate::emit(&format!("{line}\n"))),
+            Progress::Failed(line) => return Err(line),
+            Progress::Waiting(line) => {
+                if line != last {
+                    crate::emit(&format!("{line}\n"));
+                    last = line;
+                }
+                if !args.watch {
+                    return Ok(ExitCode::SUCCESS);
+                }
+            }
+        }
+        if args.timeout.is_some_and(|t| started.elapsed() >= t) {
+            return Err("timed out waiting for the condition".into());
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        sub = subs
+            .get_opt(&args.name)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("subscription \"{}\" was deleted", args.name))?;
+    }
+}
+
 pub async fn run(
     client: kube::Client,
     args: &RolloutArgs,
     context_namespace: Option<&str>,
 ) -> Result<ExitCode, String> {
-    if args.verb != "history" {
+    if args.verb != "history" && args.verb != "status" {
         return Err(format!(
-            "rollout {} of a Subscription is not implemented yet in this build (it comes \
-             with rollout strategies); `rollout history` is",
+            "rollout {} of a Subscription is not implemented yet in this build; `rollout \
+             history` and `rollout status` are",
             args.verb
         ));
     }
@@ -166,6 +293,9 @@ pub async fn run(
                 args.name
             )
         })?;
+    if args.verb == "status" {
+        return status(&subs, args, sub).await;
+    }
     let revisions: Api<ControllerRevision> = Api::namespaced(client, ns);
     let selector = format!(
         "{}={}",
@@ -250,6 +380,8 @@ mod tests {
             namespace: Some("ns".into()),
             revision: Some(2),
             output: None,
+            watch: true,
+            timeout: None,
         };
         assert_eq!(
             parse(&args(&[
@@ -273,6 +405,61 @@ mod tests {
             "history",
             "deployment/web"
         ])));
+    }
+
+    #[test]
+    fn status_says_where_the_rollout_is_as_kubectl_does() {
+        let sub = |strategy: bool, rollout: serde_json::Value| -> Subscription {
+            let mut spec = serde_json::json!({"subscribers": [], "feeds": []});
+            if strategy {
+                spec["rolloutStrategyName"] = "s".into();
+            }
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Subscription",
+                "metadata": {"name": "app", "namespace": "ns"}, "spec": spec,
+                "status": {"rollout": rollout}}))
+            .expect("a Subscription")
+        };
+        assert!(matches!(
+            progress(&sub(false, serde_json::Value::Null)),
+            Progress::Done(_)
+        ));
+        let going = sub(
+            true,
+            serde_json::json!({"revision": "app-2", "revisionNumber": 2, "phase": "Progressing",
+                "stage": 1, "stages": [
+                    {"name": "one", "phase": "Succeeded", "clusters": ["a/a"], "updated": ["a/a"]},
+                    {"name": "two", "phase": "Soaking", "clusters": ["b/b", "c/c"],
+                     "updated": ["b/b", "c/c"], "healthy": ["b/b", "c/c"],
+                     "message": "healthy; soaking for 4s more"}]}),
+        );
+        assert_eq!(
+            progress(&going),
+            Progress::Waiting(
+                "Waiting for rollout of revision 2 to finish: stage 2 of 2 (two): 2 of 2 clusters \
+                 updated, 2 healthy; healthy; soaking for 4s more"
+                    .into()
+            )
+        );
+        let back = sub(
+            true,
+            serde_json::json!({"revision": "app-3", "revisionNumber": 3, "phase": "RolledBack",
+                "stage": 0, "message": "stage 1 (one) failed: not healthy"}),
+        );
+        assert!(
+            matches!(progress(&back), Progress::Failed(m) if m.contains("was rolled back: stage 1 (one) failed"))
+        );
+        let done = sub(
+            true,
+            serde_json::json!({"revision": "app-2", "revisionNumber": 2, "phase": "Completed", "stage": 2}),
+        );
+        assert_eq!(
+            progress(&done),
+            Progress::Done("subscription \"app\" successfully rolled out (revision 2)".into())
+        );
+        let a = parse(&args(&["status", "sub/app", "-w=false", "--timeout=30s"])).expect("args");
+        assert!(!a.watch);
+        assert_eq!(a.timeout, Some(std::time::Duration::from_secs(30)));
     }
 
     #[test]

@@ -57,6 +57,7 @@ pub async fn start_always_on(rt: &Runtime, role: Role) -> Result<(), StartError>
                 rt.cache.watch::<crate::apis::HelmChart>();
                 rt.cache.watch::<crate::apis::HelmRelease>();
                 crate::pipeline::revision::watch_revisions(rt);
+                rt.cache.watch::<crate::apis::RolloutStrategy>();
             }
         }
         Role::Scheduler => {
@@ -93,6 +94,7 @@ pub async fn lead(rt: &Runtime, role: Role, leadership: Leadership, token: Cance
                 spawn(|rt, t| Box::pin(crate::pipeline::subscription::run(rt, t)));
                 spawn(|rt, t| Box::pin(crate::pipeline::base::run(rt, t)));
                 spawn(|rt, t| Box::pin(crate::pipeline::revision::run(rt, t)));
+                spawn(|rt, t| Box::pin(crate::pipeline::rollout::run(rt, t)));
                 spawn(|rt, t| Box::pin(crate::pipeline::status::run(rt, t)));
                 spawn(|rt, t| Box::pin(crate::deployer::push::run(rt, t)));
                 // runs with the gate off too: it then releases the finalizers it added before

@@ -11,6 +11,7 @@ mod helm;
 mod inventory;
 mod overrides;
 mod revision;
+mod rollout;
 mod subscription;
 mod templates;
 
@@ -21,6 +22,7 @@ pub use helm::*;
 pub use inventory::*;
 pub use overrides::*;
 pub use revision::*;
+pub use rollout::*;
 pub use subscription::*;
 pub use templates::*;
 

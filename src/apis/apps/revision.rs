@@ -13,7 +13,8 @@ use super::{Feed, OverrideConfig};
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct SubscriptionRevision {
-    /// The Subscription's spec (without `revisionHistoryLimit`, which renders nothing).
+    /// The Subscription's spec (without `revisionHistoryLimit` and `rolloutStrategyName`, which render
+    /// nothing).
     pub subscription: Value,
     /// Each feed in `spec.feeds` order with its content.
     pub feeds: Vec<FeedContent>,

@@ -139,6 +139,12 @@ pub struct SubscriptionSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub revision_history_limit: Option<i32>,
+
+    /// RolloutStrategyName (beyond upstream) names a RolloutStrategy in this namespace: a change
+    /// then moves through the clusters stage by stage, gated on their health, and rolls back on
+    /// failure (docs/spec/deployer.md §16). Unset: every change reaches every cluster at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout_strategy_name: Option<String>,
 }
 
 impl SubscriptionSpec {
@@ -288,6 +294,11 @@ pub struct SubscriptionStatus {
     /// to a fresh what-if.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_decision: Option<Box<SchedulingDecision>>,
+
+    /// Rollout (beyond upstream) is where the staged rollout of the newest revision is, with a
+    /// RolloutStrategy: the revision, the stable revision, each stage's clusters and gates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<Box<super::RolloutStatus>>,
 }
 
 /// The scheduler's record of one decision, bounded (at most 20 selected clusters listed, 10

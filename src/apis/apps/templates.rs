@@ -148,6 +148,12 @@ pub struct DescriptionStatus {
     /// ManifestStatuses are the statuses of the applied objects, copied from the child cluster.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub manifest_statuses: Vec<ManifestStatus>,
+
+    /// ObservedGeneration is the generation of the Description this status speaks for
+    /// (clusternet-rs: a rollout takes a cluster's health only from a status of what it carries
+    /// now).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
 }
 
 /// The status of one applied object in a child cluster.
@@ -172,6 +178,11 @@ pub struct ManifestStatus {
     /// leaves to it (an autoscaler's `spec.replicas`, a path in `apps.clusternet.io/retain-fields`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub retained: Vec<RetainedField>,
+
+    /// Health is the object's kstatus status in the child (`Current`, `InProgress`, `Failed`,
+    /// `Terminating`) and why (clusternet-rs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<crate::kube_ext::health::Health>,
 }
 
 /// A drift of one object in a child cluster.

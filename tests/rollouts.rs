@@ -1,0 +1,348 @@
+//! Staged rollouts on real control planes (docs/spec/deployer.md §16): a parent and three
+//! children, one per stage. A new image through the shadow API reaches child 1 first, child 2
+//! only after child 1 has been healthy for minSuccessTime, child 3 last; a revision whose pods
+//! can never run stops at child 1 after its progressDeadline and child 1 goes back to the
+//! previous template on its own, while children 2 and 3 never see it.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clusternet::apis::{RolloutPhase, Subscription};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Event;
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::{Value, json};
+use support::{TestEnv, TestNamespace, register, uid, wait_for};
+
+fn deployment_yaml(ns: &str, image: &str, node_selector: Option<&str>) -> String {
+    let selector = node_selector
+        .map(|s| format!("      nodeSelector: {{{s}}}\n"))
+        .unwrap_or_default();
+    format!(
+        "apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: web, namespace: {ns}, labels: {{app: web}}}}
+spec:
+  replicas: 1
+  selector: {{matchLabels: {{app: web}}}}
+  template:
+    metadata: {{labels: {{app: web}}}}
+    spec:
+{selector}      containers:
+      - {{name: web, image: \"{image}\"}}
+"
+    )
+}
+
+/// What a child runs: the Deployment's pod template, as JSON (None while it has none).
+async fn template(child: &kube::Client, ns: &str) -> Option<Value> {
+    let d = Api::<Deployment>::namespaced(child.clone(), ns)
+        .get_opt("web")
+        .await
+        .ok()
+        .flatten()?;
+    serde_json::to_value(d.spec?.template.spec?).ok()
+}
+
+fn image_of(t: &Value) -> String {
+    t["containers"][0]["image"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Watches every child's Deployment until dropped: per child, each distinct pod template it
+/// ran, with when it was first seen.
+/// Per child, each template seen and when.
+type Seen = Arc<Mutex<Vec<Vec<(Instant, Value)>>>>;
+
+struct Recorder {
+    seen: Seen,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Recorder {
+    fn start(children: Vec<kube::Client>, ns: String) -> Recorder {
+        let seen: Seen = Arc::new(Mutex::new(vec![Vec::new(); children.len()]));
+        let s = seen.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                // side by side, so one slow child does not delay what is seen of another
+                let now: Vec<Option<Value>> =
+                    futures::future::join_all(children.iter().map(|c| template(c, &ns))).await;
+                let at = Instant::now();
+                {
+                    let mut seen = s.lock().unwrap_or_else(|e| e.into_inner());
+                    for (i, t) in now.into_iter().enumerate() {
+                        if let Some(t) = t
+                            && seen[i].last().map(|(_, v)| v) != Some(&t)
+                        {
+                            seen[i].push((at, t));
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        });
+        Recorder { seen, task }
+    }
+
+    /// When child `i` first ran a template with this image and no node selector.
+    fn first(&self, i: usize, image: &str) -> Option<Instant> {
+        let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        seen[i]
+            .iter()
+            .find(|(_, t)| image_of(t) == image)
+            .map(|(at, _)| *at)
+    }
+
+    fn history(&self, i: usize) -> Vec<Value> {
+        let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        seen[i].iter().map(|(_, t)| t.clone()).collect()
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn rollout_of(subs: &Api<Subscription>) -> Option<clusternet::apis::RolloutStatus> {
+    subs.get("app")
+        .await
+        .ok()
+        .and_then(|s| s.status)
+        .and_then(|s| s.rollout)
+        .map(|r| *r)
+}
+
+/// Waits until the rollout of revision `number` is in `phase`.
+async fn wait_rollout(
+    subs: &Api<Subscription>,
+    what: &str,
+    phase: RolloutPhase,
+    number: i64,
+    within: Duration,
+) -> clusternet::apis::RolloutStatus {
+    wait_for(what, within, || async {
+        let r = rollout_of(subs).await.ok_or("no status.rollout")?;
+        if r.phase == phase && r.revision_number == number {
+            Ok(r)
+        } else {
+            Err(format!(
+                "{:?} stage {} revision {}: {}",
+                r.phase, r.stage, r.revision_number, r.message
+            ))
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_change_moves_stage_by_stage_and_a_bad_one_rolls_back_on_its_own() {
+    let env = TestEnv::get();
+    env.with_hub();
+    env.with_controller();
+    let parent = env.parent().await;
+    let id = uid();
+    let clusters = register(
+        env,
+        &id,
+        &[1, 2, 3],
+        "Push",
+        &["stage=one", "stage=two", "stage=three"],
+    )
+    .await;
+    let appns = format!("roll-{id}");
+    let apply = |image: &str, node_selector: Option<&str>| {
+        let out = env.plugin_with_stdin(
+            &["apply", "-f", "-"],
+            Some(&format!(
+                "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {appns}}}\n---\n{}",
+                deployment_yaml(&appns, image, node_selector)
+            )),
+        );
+        assert!(
+            out.status.success(),
+            "kubectl clusternet apply: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    apply("nginx:1.26", None);
+    let ns = TestNamespace::create(&parent, &env.parent_kubeconfig(), "rollout").await;
+    let strategy = json!({
+        "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "RolloutStrategy",
+        "metadata": {"name": "three-stages", "namespace": ns.name},
+        "spec": {"stages": [
+            {"name": "one", "clusterSelector": {"matchLabels": {"stage": "one"}},
+             "minSuccessTime": "10s", "progressDeadline": "30s"},
+            {"name": "two", "clusterSelector": {"matchLabels": {"stage": "two"}},
+             "minSuccessTime": "10s"},
+            {"name": "three", "clusterSelector": {"matchLabels": {"stage": "three"}}}
+        ]}
+    });
+    env.kubectl_apply(&strategy);
+    let subs: Api<Subscription> = Api::namespaced(parent.clone(), &ns.name);
+    let sub: Subscription = serde_json::from_value(json!({
+        "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Subscription",
+        "metadata": {"name": "app"},
+        "spec": {"subscribers": [{"clusterAffinity": {"matchLabels": {"e2e": id}}}],
+                 "rolloutStrategyName": "three-stages",
+                 "feeds": [{"apiVersion": "v1", "kind": "Namespace", "name": appns},
+                           {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web",
+                            "namespace": appns}]}
+    }))
+    .expect("a Subscription");
+    subs.create(&PostParams::default(), &sub)
+        .await
+        .expect("creating the Subscription");
+    let children: Vec<kube::Client> = clusters.iter().map(|c| c.child.clone()).collect();
+    // the first revision is taken as it is: every child gets it
+    wait_for(
+        "revision 1 everywhere, completed",
+        Duration::from_secs(90),
+        || async {
+            let r = rollout_of(&subs).await.ok_or("no status.rollout yet")?;
+            let mut images = Vec::new();
+            for c in &children {
+                images.push(template(c, &appns).await.map(|t| image_of(&t)));
+            }
+            if r.phase == RolloutPhase::Completed
+                && r.revision_number == 1
+                && images.iter().all(|i| i.as_deref() == Some("nginx:1.26"))
+            {
+                Ok(())
+            } else {
+                Err(format!("{:?} {images:?}", r.phase))
+            }
+        },
+    )
+    .await;
+
+    // a new image: child 1, then child 2 after child 1's 10 s soak, then child 3
+    let rec = Recorder::start(children.clone(), appns.clone());
+    apply("nginx:1.27", None);
+    // `rollout status` follows it to the end
+    let follow = {
+        let ns = ns.name.clone();
+        std::thread::spawn(move || {
+            TestEnv::get().plugin(&[
+                "rollout",
+                "status",
+                "subscription/app",
+                "-n",
+                &ns,
+                "--timeout=150s",
+            ])
+        })
+    };
+    let done = wait_rollout(
+        &subs,
+        "revision 2 rolled out to every stage",
+        RolloutPhase::Completed,
+        2,
+        Duration::from_secs(150),
+    )
+    .await;
+    assert_eq!(done.stable_revision_number, Some(2));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let at: Vec<Instant> = (0..3)
+        .map(|i| {
+            rec.first(i, "nginx:1.27")
+                .unwrap_or_else(|| panic!("child {} never ran nginx:1.27", i + 1))
+        })
+        .collect();
+    assert!(
+        at[1] >= at[0] + Duration::from_secs(10),
+        "child 2 changed {:?} after child 1: before child 1's 10 s soak",
+        at[1] - at[0]
+    );
+    assert!(
+        at[2] >= at[1] + Duration::from_secs(10),
+        "child 3 changed {:?} after child 2",
+        at[2] - at[1]
+    );
+    let out = follow.join().expect("rollout status");
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "rollout status: {said}");
+    assert!(
+        said.contains("Waiting for rollout of revision 2 to finish: stage 1 of 3 (one)")
+            && said.contains("stage 2 of 3 (two)")
+            && said.contains("subscription \"app\" successfully rolled out (revision 2)"),
+        "rollout status: {said}"
+    );
+    let good = rec.history(0).last().cloned().expect("child 1's template");
+    drop(rec);
+
+    // a revision whose pods can never be scheduled: it stops at child 1 and is rolled back
+    let rec = Recorder::start(children.clone(), appns.clone());
+    apply("nginx:1.28", Some("no-such-node: \"true\""));
+    let back = wait_rollout(
+        &subs,
+        "revision 3 rolled back",
+        RolloutPhase::RolledBack,
+        3,
+        Duration::from_secs(120),
+    )
+    .await;
+    assert_eq!(back.stable_revision_number, Some(2));
+    assert!(
+        back.message.contains("progressDeadline"),
+        "the rollout says why: {}",
+        back.message
+    );
+    wait_for(
+        "child 1 back on revision 2's template",
+        Duration::from_secs(60),
+        || async {
+            let t = template(&children[0], &appns).await;
+            if t.as_ref() == Some(&good) {
+                Ok(())
+            } else {
+                Err(format!("{t:?}"))
+            }
+        },
+    )
+    .await;
+    assert!(
+        rec.first(0, "nginx:1.28").is_some(),
+        "child 1 ran the bad revision: {:?}",
+        rec.history(0)
+    );
+    for i in [1, 2] {
+        assert_eq!(
+            rec.first(i, "nginx:1.28"),
+            None,
+            "child {} saw the bad revision: {:?}",
+            i + 1,
+            rec.history(i)
+        );
+    }
+    let out = env.plugin(&["rollout", "status", "subscription/app", "-n", &ns.name]);
+    assert!(!out.status.success(), "a rolled back rollout is a failure");
+    let said = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(said.contains("revision 3 was rolled back"), "{said}");
+    let out = env.plugin(&["rollout", "history", "subscription/app", "-n", &ns.name]);
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        said.contains("1         first revision")
+            && said.contains("3         changed: feed Deployment"),
+        "{said}"
+    );
+    let events: Vec<String> = Api::<Event>::namespaced(parent.clone(), &ns.name)
+        .list(&ListParams::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("RolloutRolledBack"))
+        .filter_map(|e| e.message)
+        .collect();
+    assert!(
+        events.iter().any(|m| m.contains("stage 1 (one) failed")),
+        "an Event says why: {events:?}"
+    );
+}
