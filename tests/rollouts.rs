@@ -14,6 +14,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::{Value, json};
+use support::browser::{Dashboard, LivePage};
 use support::{TestEnv, TestNamespace, register, uid, wait_for};
 
 fn deployment_yaml(ns: &str, image: &str, node_selector: Option<&str>) -> String {
@@ -141,28 +142,97 @@ async fn wait_rollout(
     .await
 }
 
-#[tokio::test]
-async fn a_change_moves_stage_by_stage_and_a_bad_one_rolls_back_on_its_own() {
-    let env = TestEnv::get();
-    env.with_hub();
-    env.with_controller();
-    let parent = env.parent().await;
-    let id = uid();
-    let clusters = register(
-        env,
-        &id,
-        &[1, 2, 3],
-        "Push",
-        &["stage=one", "stage=two", "stage=three"],
-    )
-    .await;
-    let appns = format!("roll-{id}");
-    let apply = |image: &str, node_selector: Option<&str>| {
-        let out = env.plugin_with_stdin(
+/// Rollout tests share the three children; one at a time keeps their timing honest.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A Deployment applied through the shadow API and a Subscription over children 1 to 3 (labelled
+/// `stage=one|two|three`) that rolls out with `strategy` (its spec), revision 1 (`nginx:1.26`)
+/// running everywhere.
+struct App {
+    env: &'static TestEnv,
+    clusters: Vec<support::Cluster>,
+    children: Vec<kube::Client>,
+    appns: String,
+    ns: TestNamespace,
+    subs: Api<Subscription>,
+    strategy: Value,
+}
+
+impl App {
+    async fn start(strategy_spec: Value) -> App {
+        let env = TestEnv::get();
+        env.with_hub();
+        env.with_controller();
+        let parent = env.parent().await;
+        let id = uid();
+        let clusters = register(
+            env,
+            &id,
+            &[1, 2, 3],
+            "Push",
+            &["stage=one", "stage=two", "stage=three"],
+        )
+        .await;
+        let ns = TestNamespace::create(&parent, &env.parent_kubeconfig(), "rollout").await;
+        let strategy = json!({
+            "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "RolloutStrategy",
+            "metadata": {"name": "staged", "namespace": ns.name},
+            "spec": strategy_spec
+        });
+        env.kubectl_apply(&strategy);
+        let app = App {
+            env,
+            children: clusters.iter().map(|c| c.child.clone()).collect(),
+            clusters,
+            appns: format!("roll-{id}"),
+            subs: Api::namespaced(parent.clone(), &ns.name),
+            ns,
+            strategy,
+        };
+        app.apply("nginx:1.26", None);
+        let sub: Subscription = serde_json::from_value(json!({
+            "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Subscription",
+            "metadata": {"name": "app"},
+            "spec": {"subscribers": [{"clusterAffinity": {"matchLabels": {"e2e": id}}}],
+                     "rolloutStrategyName": "staged",
+                     "feeds": [{"apiVersion": "v1", "kind": "Namespace", "name": app.appns},
+                               {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web",
+                                "namespace": app.appns}]}
+        }))
+        .expect("a Subscription");
+        app.subs
+            .create(&PostParams::default(), &sub)
+            .await
+            .expect("creating the Subscription");
+        // the first revision is taken as it is: every child gets it
+        wait_for(
+            "revision 1 everywhere, completed",
+            Duration::from_secs(90),
+            || async {
+                let r = rollout_of(&app.subs).await.ok_or("no status.rollout yet")?;
+                let images = app.images().await;
+                if r.phase == RolloutPhase::Completed
+                    && r.revision_number == 1
+                    && images.iter().all(|i| i == "nginx:1.26")
+                {
+                    Ok(())
+                } else {
+                    Err(format!("{:?} {images:?}", r.phase))
+                }
+            },
+        )
+        .await;
+        app
+    }
+
+    /// `kubectl clusternet apply` of the app with this image (and node selector).
+    fn apply(&self, image: &str, node_selector: Option<&str>) {
+        let out = self.env.plugin_with_stdin(
             &["apply", "-f", "-"],
             Some(&format!(
-                "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {appns}}}\n---\n{}",
-                deployment_yaml(&appns, image, node_selector)
+                "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {}}}\n---\n{}",
+                self.appns,
+                deployment_yaml(&self.appns, image, node_selector)
             )),
         );
         assert!(
@@ -170,60 +240,53 @@ async fn a_change_moves_stage_by_stage_and_a_bad_one_rolls_back_on_its_own() {
             "kubectl clusternet apply: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-    };
-    apply("nginx:1.26", None);
-    let ns = TestNamespace::create(&parent, &env.parent_kubeconfig(), "rollout").await;
-    let strategy = json!({
-        "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "RolloutStrategy",
-        "metadata": {"name": "three-stages", "namespace": ns.name},
-        "spec": {"stages": [
-            {"name": "one", "clusterSelector": {"matchLabels": {"stage": "one"}},
-             "minSuccessTime": "10s", "progressDeadline": "30s"},
-            {"name": "two", "clusterSelector": {"matchLabels": {"stage": "two"}},
-             "minSuccessTime": "10s"},
-            {"name": "three", "clusterSelector": {"matchLabels": {"stage": "three"}}}
-        ]}
-    });
-    env.kubectl_apply(&strategy);
-    let subs: Api<Subscription> = Api::namespaced(parent.clone(), &ns.name);
-    let sub: Subscription = serde_json::from_value(json!({
-        "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Subscription",
-        "metadata": {"name": "app"},
-        "spec": {"subscribers": [{"clusterAffinity": {"matchLabels": {"e2e": id}}}],
-                 "rolloutStrategyName": "three-stages",
-                 "feeds": [{"apiVersion": "v1", "kind": "Namespace", "name": appns},
-                           {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web",
-                            "namespace": appns}]}
-    }))
-    .expect("a Subscription");
-    subs.create(&PostParams::default(), &sub)
-        .await
-        .expect("creating the Subscription");
-    let children: Vec<kube::Client> = clusters.iter().map(|c| c.child.clone()).collect();
-    // the first revision is taken as it is: every child gets it
-    wait_for(
-        "revision 1 everywhere, completed",
-        Duration::from_secs(90),
-        || async {
-            let r = rollout_of(&subs).await.ok_or("no status.rollout yet")?;
-            let mut images = Vec::new();
-            for c in &children {
-                images.push(template(c, &appns).await.map(|t| image_of(&t)));
-            }
-            if r.phase == RolloutPhase::Completed
-                && r.revision_number == 1
-                && images.iter().all(|i| i.as_deref() == Some("nginx:1.26"))
-            {
-                Ok(())
-            } else {
-                Err(format!("{:?} {images:?}", r.phase))
-            }
-        },
-    )
+    }
+
+    /// The image each child runs now.
+    async fn images(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for c in &self.children {
+            out.push(
+                template(c, &self.appns)
+                    .await
+                    .map(|t| image_of(&t))
+                    .unwrap_or_default(),
+            );
+        }
+        out
+    }
+
+    fn plugin(&self, args: &[&str]) -> std::process::Output {
+        let mut all: Vec<&str> = args.to_vec();
+        all.extend(["-n", &self.ns.name]);
+        self.env.plugin(&all)
+    }
+
+    fn recorder(&self) -> Recorder {
+        Recorder::start(self.children.clone(), self.appns.clone())
+    }
+}
+
+#[tokio::test]
+async fn a_change_moves_stage_by_stage_and_a_bad_one_rolls_back_on_its_own() {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let app = App::start(json!({"stages": [
+        {"name": "one", "clusterSelector": {"matchLabels": {"stage": "one"}},
+         "minSuccessTime": "10s", "progressDeadline": "30s"},
+        {"name": "two", "clusterSelector": {"matchLabels": {"stage": "two"}},
+         "minSuccessTime": "10s"},
+        {"name": "three", "clusterSelector": {"matchLabels": {"stage": "three"}}}
+    ]}))
     .await;
+    let (env, subs, children, ns) = (app.env, &app.subs, &app.children, &app.ns);
+    let parent = env.parent().await;
+    let apply = |image: &str, node_selector: Option<&str>| app.apply(image, node_selector);
+    let images = |_: &[kube::Client]| app.images();
+    let appns = app.appns.clone();
+    let strategy = app.strategy.clone();
 
     // a new image: child 1, then child 2 after child 1's 10 s soak, then child 3
-    let rec = Recorder::start(children.clone(), appns.clone());
+    let rec = app.recorder();
     apply("nginx:1.27", None);
     // `rollout status` follows it to the end
     let follow = {
@@ -240,7 +303,7 @@ async fn a_change_moves_stage_by_stage_and_a_bad_one_rolls_back_on_its_own() {
         })
     };
     let done = wait_rollout(
-        &subs,
+        subs,
         "revision 2 rolled out to every stage",
         RolloutPhase::Completed,
         2,
@@ -278,10 +341,10 @@ async fn a_change_moves_stage_by_stage_and_a_bad_one_rolls_back_on_its_own() {
     drop(rec);
 
     // a revision whose pods can never be scheduled: it stops at child 1 and is rolled back
-    let rec = Recorder::start(children.clone(), appns.clone());
+    let rec = app.recorder();
     apply("nginx:1.28", Some("no-such-node: \"true\""));
     let back = wait_rollout(
-        &subs,
+        subs,
         "revision 3 rolled back",
         RolloutPhase::RolledBack,
         3,
@@ -344,5 +407,270 @@ async fn a_change_moves_stage_by_stage_and_a_bad_one_rolls_back_on_its_own() {
     assert!(
         events.iter().any(|m| m.contains("stage 1 (one) failed")),
         "an Event says why: {events:?}"
+    );
+    drop(rec);
+
+    // stage two now waits for an approval: revision 4 stops after stage one
+    let mut gated = strategy.clone();
+    gated["spec"]["stages"][1]["requireApproval"] = json!(true);
+    env.kubectl_apply(&gated);
+    apply("nginx:1.29", None);
+    let waiting = |number: i64| {
+        let subs = subs.clone();
+        async move {
+            wait_for(
+                &format!("revision {number} waiting for approval at stage 2"),
+                Duration::from_secs(90),
+                || async {
+                    let r = rollout_of(&subs).await.ok_or("no status.rollout")?;
+                    match r.stages.get(1) {
+                        Some(s)
+                            if r.revision_number == number
+                                && s.phase == clusternet::apis::StagePhase::WaitingForApproval =>
+                        {
+                            Ok(())
+                        }
+                        _ => Err(format!("{:?} stage {}: {}", r.phase, r.stage, r.message)),
+                    }
+                },
+            )
+            .await
+        }
+    };
+    waiting(4).await;
+    assert_eq!(
+        images(children).await,
+        ["nginx:1.29", "nginx:1.27", "nginx:1.27"],
+        "stage two is held until approved"
+    );
+    // the dashboard's rollout view, live in a real Chromium
+    let dash = Dashboard::start(env, &[]);
+    let mut page =
+        LivePage::open(&dash.page(&format!("subscription?namespace={}&name=app", ns.name))).await;
+    page.wait_until(
+        "the page to follow the hub's events",
+        "document.body.dataset.live",
+        json!("on"),
+        Duration::from_secs(20),
+    )
+    .await;
+    let stage_two =
+        "document.querySelector('tr[data-stage=\"two\"] td.state')?.textContent ?? 'missing'";
+    page.wait_until(
+        "stage two waiting for approval on the page",
+        stage_two,
+        json!("WaitingForApproval"),
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(page.eval("window.clusternetTestMark = 7").await, json!(7));
+    let out = env.plugin(&["rollout", "approve", "subscription/app", "-n", &ns.name]);
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success() && said.contains("stage 2 (two) of revision 4 approved by"),
+        "rollout approve: {said} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let done = wait_rollout(
+        subs,
+        "revision 4 rolled out after the approval",
+        RolloutPhase::Completed,
+        4,
+        Duration::from_secs(90),
+    )
+    .await;
+    assert!(
+        !done.stages[1].approved_by.is_empty(),
+        "who approved is recorded: {:?}",
+        done.stages[1]
+    );
+    page.wait_until(
+        "the page to show revision 4 completed",
+        "document.querySelector('[data-rollout]')?.dataset.rollout ?? 'missing'",
+        json!("Completed"),
+        Duration::from_secs(30),
+    )
+    .await;
+    let approved = page
+        .eval("document.querySelector('tr[data-stage=\"two\"]')?.textContent ?? ''")
+        .await;
+    assert!(
+        approved
+            .as_str()
+            .is_some_and(|t| t.contains(&format!("approved by {}", done.stages[1].approved_by))),
+        "{approved}"
+    );
+    assert_eq!(
+        page.eval("window.clusternetTestMark").await,
+        json!(7),
+        "the page was updated in place"
+    );
+    drop(page);
+    drop(dash);
+    assert_eq!(
+        images(children).await,
+        ["nginx:1.29", "nginx:1.29", "nginx:1.29"]
+    );
+
+    // undo to revision 2 goes back through the stages, the approval included
+    let out = env.plugin(&[
+        "rollout",
+        "undo",
+        "subscription/app",
+        "-n",
+        &ns.name,
+        "--to-revision=2",
+    ]);
+    assert!(
+        out.status.success(),
+        "rollout undo: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    waiting(2).await;
+    assert_eq!(
+        images(children).await,
+        ["nginx:1.27", "nginx:1.29", "nginx:1.29"]
+    );
+    let out = env.plugin(&["rollout", "approve", "subscription/app", "-n", &ns.name]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_rollout(
+        subs,
+        "revision 2 rolled out again",
+        RolloutPhase::Completed,
+        2,
+        Duration::from_secs(90),
+    )
+    .await;
+    assert_eq!(
+        images(children).await,
+        ["nginx:1.27", "nginx:1.27", "nginx:1.27"]
+    );
+}
+
+/// The exporter's text: the error ratio of each cluster.
+fn error_ratios(names: &[String], bad: Option<&str>) -> String {
+    let mut text = String::from("# TYPE app_error_ratio gauge\n");
+    for n in names {
+        let v = if Some(n.as_str()) == bad { "0.5" } else { "0" };
+        text.push_str(&format!("app_error_ratio{{cluster=\"{n}\"}} {v}\n"));
+    }
+    text
+}
+
+#[tokio::test]
+async fn a_metric_gate_that_goes_bad_during_the_soak_rolls_back_and_a_good_one_completes() {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let env = TestEnv::get();
+    let exporter = support::Exporter::start("").await;
+    let prometheus =
+        support::Prometheus::start(env, &[format!("127.0.0.1:{}", exporter.port)]).await;
+    let app = App::start(json!({"stages": [
+        {"name": "one", "clusterSelector": {"matchLabels": {"stage": "one"}},
+         "minSuccessTime": "20s", "progressDeadline": "90s",
+         "metricGates": [{"name": "errors", "address": prometheus.address,
+             "query": "max(app_error_ratio{cluster=~\"$CLUSTERS\"})",
+             "comparison": "LessThan", "threshold": 0.05}]},
+        {"name": "two", "clusterSelector": {"matchLabels": {"stage": "two"}}},
+        {"name": "three", "clusterSelector": {"matchLabels": {"stage": "three"}}}
+    ]}))
+    .await;
+    let parent = app.env.parent().await;
+    let mut names = Vec::new();
+    for c in &app.clusters {
+        names.push(
+            support::managed_cluster(&parent, c)
+                .await
+                .metadata
+                .name
+                .unwrap_or_default(),
+        );
+    }
+    exporter.set(&error_ratios(&names, None));
+
+    // revision 2 soaks in child 1 with the gate passing, then child 1's errors go up
+    let rec = app.recorder();
+    app.apply("nginx:1.27", None);
+    wait_for(
+        "stage 1 soaking with its gate passing",
+        Duration::from_secs(90),
+        || async {
+            let r = rollout_of(&app.subs).await.ok_or("no status.rollout")?;
+            let s = r.stages.first().ok_or("no stages")?;
+            if r.revision_number == 2
+                && s.phase == clusternet::apis::StagePhase::Soaking
+                && s.gates.first().is_some_and(|g| g.state == "Passing")
+            {
+                Ok(())
+            } else {
+                Err(format!("{:?}: {:?}", r.phase, s))
+            }
+        },
+    )
+    .await;
+    exporter.set(&error_ratios(&names, Some(&names[0])));
+    let back = wait_rollout(
+        &app.subs,
+        "revision 2 rolled back by its metric gate",
+        RolloutPhase::RolledBack,
+        2,
+        Duration::from_secs(60),
+    )
+    .await;
+    assert!(
+        back.message
+            .contains("metric gate errors: 0.5 is not < 0.05"),
+        "{}",
+        back.message
+    );
+    wait_for(
+        "child 1 back on nginx:1.26",
+        Duration::from_secs(60),
+        || async {
+            let images = app.images().await;
+            if images == ["nginx:1.26", "nginx:1.26", "nginx:1.26"] {
+                Ok(())
+            } else {
+                Err(format!("{images:?}"))
+            }
+        },
+    )
+    .await;
+    assert!(
+        rec.first(0, "nginx:1.27").is_some(),
+        "child 1 ran revision 2"
+    );
+    for i in [1, 2] {
+        assert_eq!(
+            rec.first(i, "nginx:1.27"),
+            None,
+            "child {} saw the revision its gate rejected: {:?}",
+            i + 1,
+            rec.history(i)
+        );
+    }
+
+    // the errors are gone: a restart rolls revision 2 out to the end
+    exporter.set(&error_ratios(&names, None));
+    let out = app.plugin(&["rollout", "restart", "subscription/app"]);
+    assert!(
+        out.status.success(),
+        "rollout restart: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_rollout(
+        &app.subs,
+        "revision 2 rolled out after the restart",
+        RolloutPhase::Completed,
+        2,
+        Duration::from_secs(120),
+    )
+    .await;
+    assert_eq!(
+        app.images().await,
+        ["nginx:1.27", "nginx:1.27", "nginx:1.27"]
     );
 }

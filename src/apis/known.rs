@@ -64,6 +64,16 @@ pub const REVISION_ANNOTATION: &str = "apps.clusternet.io/revision";
 /// Annotation (beyond upstream): on a Base, `rollout` when the Subscription controller pinned it
 /// for a staged rollout (so the pin goes when the strategy goes; a pin set by hand stays).
 pub const PINNED_BY_ANNOTATION: &str = "apps.clusternet.io/pinned-by";
+/// Annotation (beyond upstream) on a Subscription: `kubectl clusternet rollout approve` approved a
+/// stage (JSON: revision, stage, user).
+pub const ROLLOUT_APPROVAL_ANNOTATION: &str = "apps.clusternet.io/rollout-approval";
+/// Annotation (beyond upstream) on a Subscription: `"true"` while `rollout pause` holds it.
+pub const ROLLOUT_PAUSED_ANNOTATION: &str = "apps.clusternet.io/rollout-paused";
+/// Annotation (beyond upstream) on a Subscription: when `rollout restart` asked to roll the
+/// newest revision out again from stage 1.
+pub const ROLLOUT_RESTART_ANNOTATION: &str = "apps.clusternet.io/rollout-restart";
+/// Annotation (beyond upstream) on a Subscription: `rollout undo` (JSON: to, newest).
+pub const ROLLOUT_UNDO_ANNOTATION: &str = "apps.clusternet.io/rollout-undo";
 /// Annotation: kubectl's record of why a revision was made (`kubectl rollout history` shows it).
 pub const CHANGE_CAUSE_ANNOTATION: &str = "kubernetes.io/change-cause";
 

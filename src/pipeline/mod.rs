@@ -9,6 +9,7 @@ pub mod feeds;
 pub mod helmchart;
 pub mod helmrelease;
 pub mod index;
+pub mod metricgate;
 pub mod overrides;
 pub mod preview;
 pub mod revision;

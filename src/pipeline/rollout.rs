@@ -30,11 +30,13 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
+use super::metricgate::{self, GateResult};
 use super::{index, revision};
 use crate::apis::known;
 use crate::apis::{
-    Description, DescriptionPhase, ManagedCluster, OnFailure, RolloutPhase, RolloutStage,
-    RolloutStatus, RolloutStrategy, StagePhase, StageStatus, Subscription,
+    Description, DescriptionPhase, ManagedCluster, OnFailure, RolloutApproval, RolloutPhase,
+    RolloutStage, RolloutStatus, RolloutStrategy, RolloutUndo, StagePhase, StageStatus,
+    Subscription,
 };
 use crate::config::parse_go_duration;
 use crate::kube_ext::health::HealthStatus;
@@ -78,6 +80,8 @@ pub struct StageRules {
     pub min_success: Duration,
     pub deadline: Duration,
     pub max_failures: usize,
+    pub require_approval: bool,
+    pub metric_gates: Vec<crate::apis::MetricGate>,
 }
 
 /// `n` or `n%` of `total` (a percentage rounded up).
@@ -156,6 +160,8 @@ pub fn stages(
                 &what("progressDeadline"),
             )?,
             max_failures: usize::try_from(s.max_failures.unwrap_or(0)).unwrap_or(0),
+            require_approval: s.require_approval.unwrap_or(false),
+            metric_gates: s.metric_gates.clone(),
         });
     }
     if !left.is_empty() {
@@ -166,6 +172,8 @@ pub fn stages(
             min_success: Duration::ZERO,
             deadline: DEFAULT_PROGRESS_DEADLINE,
             max_failures: 0,
+            require_approval: false,
+            metric_gates: Vec::new(),
         });
     }
     Ok(out)
@@ -244,7 +252,27 @@ pub struct Facts<'a> {
     pub stages: Result<Vec<StageRules>, String>,
     pub on_failure: OnFailure,
     pub state: &'a dyn Fn(&str) -> ClusterState,
+    pub controls: &'a Controls,
+    /// The metric gates' results of one stage (its index), evaluated before deciding.
+    pub gates: Option<(usize, Vec<(String, GateResult)>)>,
     pub now: Timestamp,
+}
+
+/// How often a stage with metric gates is looked at again while it changes and soaks.
+pub const GATE_INTERVAL: Duration = Duration::from_secs(5);
+
+/// What users asked of the rollout through `kubectl clusternet rollout` (the Subscription's
+/// annotations).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Controls {
+    /// `rollout pause` holds it.
+    pub paused: bool,
+    /// The last `rollout approve`.
+    pub approval: Option<RolloutApproval>,
+    /// The last `rollout restart` request (empty: none).
+    pub restart: String,
+    /// `rollout undo` in force: the revision number rolled out instead of the newest.
+    pub undo_to: Option<i64>,
 }
 
 /// An Event to tell on the Subscription.
@@ -281,6 +309,16 @@ fn fresh_stages(rules: &[StageRules]) -> Vec<StageStatus> {
         .collect()
 }
 
+/// The rollout's message while stage `i` is under way.
+fn stage_line(i: usize, stage: &StageStatus, number: i64) -> String {
+    format!(
+        "stage {} ({}) of revision {number}: {}",
+        i + 1,
+        stage.name,
+        stage.message
+    )
+}
+
 /// Where the rollout goes from here (pure: [`Facts`] in, the status to write out).
 pub fn decide(f: &Facts<'_>) -> Decision {
     let (rev, number) = (&f.newest.0, f.newest.1);
@@ -307,16 +345,25 @@ pub fn decide(f: &Facts<'_>) -> Decision {
             stage: 0,
             message: "the revision the Subscription had when it met its strategy".into(),
             started_at: Some(now.clone()),
-            stages: Vec::new(),
+            restarted_at: f.controls.restart.clone(),
+            undo_to: f.controls.undo_to,
+            ..Default::default()
         },
-        Some(c) if c.revision != *rev => {
+        Some(c)
+            if c.revision != *rev
+                || (!f.controls.restart.is_empty() && f.controls.restart != c.restarted_at) =>
+        {
             // the last revision that completed everywhere stays the one to fall back on
             let (stable, stable_number) = if c.phase == RolloutPhase::Completed {
                 (c.revision.clone(), Some(c.revision_number))
             } else {
                 (c.stable_revision.clone(), c.stable_revision_number)
             };
-            let message = if c.phase == RolloutPhase::Progressing {
+            let message = if c.revision == *rev {
+                format!("revision {number} restarts from stage 1")
+            } else if let Some(to) = f.controls.undo_to {
+                format!("undo: revision {to} rolls out again")
+            } else if c.phase == RolloutPhase::Progressing {
                 format!(
                     "revision {number} supersedes revision {}",
                     c.revision_number
@@ -358,6 +405,9 @@ pub fn decide(f: &Facts<'_>) -> Decision {
                         message,
                         started_at: Some(now.clone()),
                         stages: fresh_stages(rules),
+                        restarted_at: f.controls.restart.clone(),
+                        undo_to: f.controls.undo_to,
+                        ..Default::default()
                     }
                 }
             }
@@ -382,27 +432,62 @@ pub fn decide(f: &Facts<'_>) -> Decision {
             };
         }
     };
+    if f.controls.paused {
+        if st.paused_at.is_none() {
+            st.paused_at = Some(now.clone());
+            st.message =
+                format!("revision {number} is paused (kubectl clusternet rollout resume goes on)");
+            told.push(Told {
+                reason: "RolloutPausedByUser",
+                message: st.message.clone(),
+                warning: false,
+            });
+        }
+        return Decision {
+            status: st,
+            told,
+            recheck: None,
+        };
+    }
+    if let Some(paused_at) = st.paused_at.take() {
+        // the time paused does not count against the stage's deadline, and a soak starts over
+        let paused_for =
+            k8s_openapi::jiff::SignedDuration::try_from(since(Some(&paused_at), f.now))
+                .unwrap_or_default();
+        if let Some(stage) = st.stages.get_mut(usize::try_from(st.stage).unwrap_or(0)) {
+            stage.started_at = stage
+                .started_at
+                .take()
+                .map(|t| Time(t.0.checked_add(paused_for).unwrap_or(t.0)));
+            stage.healthy_since = None;
+        }
+        told.push(Told {
+            reason: "RolloutResumed",
+            message: format!("revision {number} goes on"),
+            warning: false,
+        });
+    }
     // today's clusters per stage: one that joined goes where the strategy puts it now; what a
     // stage already changed stays changed
     let mut stages = fresh_stages(rules);
-    for (i, s) in stages.iter_mut().enumerate() {
+    for s in stages.iter_mut() {
         if let Some(old) = st.stages.iter().find(|o| o.name == s.name) {
-            s.phase = old.phase;
-            s.started_at = old.started_at.clone();
-            s.healthy_since = old.healthy_since.clone();
-            s.finished_at = old.finished_at.clone();
-            s.message = old.message.clone();
-            s.updated = if old.phase == StagePhase::Succeeded {
-                s.clusters.clone()
+            let clusters = std::mem::take(&mut s.clusters);
+            let updated = if old.phase == StagePhase::Succeeded {
+                clusters.clone()
             } else {
-                s.clusters
+                clusters
                     .iter()
                     .filter(|c| old.updated.contains(c))
                     .cloned()
                     .collect()
             };
+            *s = StageStatus {
+                clusters,
+                updated,
+                ..old.clone()
+            };
         }
-        let _ = i;
     }
     st.stages = stages;
     let mut recheck_in = None;
@@ -424,6 +509,37 @@ pub fn decide(f: &Facts<'_>) -> Decision {
             break;
         };
         let stage = &mut st.stages[i];
+        let waiting_approval = matches!(
+            stage.phase,
+            StagePhase::Pending | StagePhase::WaitingForApproval
+        ) && rule.require_approval
+            && stage.approved_by.is_empty();
+        if waiting_approval {
+            match &f.controls.approval {
+                Some(a) if a.revision == st.revision_number && a.stage == stage.name => {
+                    stage.approved_by = a.user.clone();
+                    stage.approved_at = Some(now.clone());
+                    stage.phase = StagePhase::Pending;
+                    told.push(Told {
+                        reason: "StageApproved",
+                        message: format!(
+                            "stage {} ({}) of revision {number} approved by {}",
+                            i + 1,
+                            stage.name,
+                            a.user
+                        ),
+                        warning: false,
+                    });
+                }
+                _ => {
+                    stage.phase = StagePhase::WaitingForApproval;
+                    stage.message =
+                        "waiting for approval (kubectl clusternet rollout approve)".into();
+                    st.message = stage_line(i, stage, number);
+                    break;
+                }
+            }
+        }
         if stage.phase == StagePhase::Pending {
             stage.phase = StagePhase::Progressing;
             stage.started_at = Some(now.clone());
@@ -473,16 +589,48 @@ pub fn decide(f: &Facts<'_>) -> Decision {
             ClusterState::Changing(why) => Some(format!("{c}: {why}")),
             _ => None,
         });
-        let failure = if failed.len() > rule.max_failures {
+        // the metric gates: one failing fails the stage, one waiting (or not looked at yet for
+        // this stage) holds it
+        let mut gate_failing = None;
+        let mut gate_waiting = None;
+        if !rule.metric_gates.is_empty() {
+            let results = f
+                .gates
+                .as_ref()
+                .filter(|(at, _)| *at == i)
+                .map(|(_, r)| r.as_slice())
+                .unwrap_or_default();
+            stage.gates = Vec::new();
+            for g in &rule.metric_gates {
+                let r = results
+                    .iter()
+                    .find(|(n, _)| *n == g.name)
+                    .map(|(_, r)| r.clone())
+                    .unwrap_or_else(|| GateResult::Waiting("not evaluated yet".into()));
+                match &r {
+                    GateResult::Failing(m) if gate_failing.is_none() => {
+                        gate_failing = Some(format!("metric gate {}: {m}", g.name));
+                    }
+                    GateResult::Waiting(m) if gate_waiting.is_none() => {
+                        gate_waiting = Some(format!("metric gate {}: {m}", g.name));
+                    }
+                    _ => {}
+                }
+                stage.gates.push(r.status(&g.name));
+            }
+            recheck_in = Some(GATE_INTERVAL);
+        }
+        let elapsed = since(stage.started_at.as_ref(), f.now);
+        let failure = if let Some(why) = gate_failing {
+            Some(why)
+        } else if failed.len() > rule.max_failures {
             Some(format!(
                 "{} of its clusters failed (maxFailures {}): {}",
                 failed.len(),
                 rule.max_failures,
                 failed.join("; ")
             ))
-        } else if stage.healthy.len() < stage.clusters.len()
-            && since(stage.started_at.as_ref(), f.now) >= rule.deadline
-        {
+        } else if stage.healthy.len() < stage.clusters.len() && elapsed >= rule.deadline {
             Some(format!(
                 "not healthy within its progressDeadline ({}s): {}",
                 rule.deadline.as_secs(),
@@ -492,7 +640,15 @@ pub fn decide(f: &Facts<'_>) -> Decision {
                     .unwrap_or_default()
             ))
         } else {
-            None
+            gate_waiting
+                .as_ref()
+                .filter(|_| elapsed >= rule.deadline.max(rule.min_success))
+                .map(|why| {
+                    format!(
+                        "its metric gates did not pass within its progressDeadline ({}s): {why}",
+                        rule.deadline.as_secs()
+                    )
+                })
         };
         if let Some(why) = failure {
             stage.phase = StagePhase::Failed;
@@ -530,7 +686,7 @@ pub fn decide(f: &Facts<'_>) -> Decision {
                 .get_or_insert_with(|| now.clone())
                 .clone();
             let soaked = since(Some(&healthy_since), f.now);
-            if stage.clusters.is_empty() || soaked >= rule.min_success {
+            if gate_waiting.is_none() && (stage.clusters.is_empty() || soaked >= rule.min_success) {
                 stage.phase = StagePhase::Succeeded;
                 stage.finished_at = Some(now.clone());
                 stage.message = String::new();
@@ -547,27 +703,25 @@ pub fn decide(f: &Facts<'_>) -> Decision {
                 continue;
             }
             stage.phase = StagePhase::Soaking;
-            let left = rule.min_success - soaked;
-            stage.message = format!("healthy; soaking for {}s more", left.as_secs());
-            recheck_in = Some(left);
+            let left = rule.min_success.saturating_sub(soaked);
+            stage.message = match &gate_waiting {
+                Some(w) if left.is_zero() => format!("healthy; waiting for {w}"),
+                _ => format!("healthy; soaking for {}s more", left.as_secs()),
+            };
+            recheck_in = Some(recheck_in.map_or(left, |g| g.min(left.max(Duration::from_secs(1)))));
         } else {
             stage.phase = StagePhase::Progressing;
             stage.healthy_since = None;
             stage.message = waiting
                 .map(|w| format!("waiting for {w}"))
                 .unwrap_or_else(|| "changing its clusters".into());
-            recheck_in = Some(
-                rule.deadline
-                    .saturating_sub(since(stage.started_at.as_ref(), f.now))
-                    .max(Duration::from_secs(1)),
-            );
+            let until_deadline = rule
+                .deadline
+                .saturating_sub(elapsed)
+                .max(Duration::from_secs(1));
+            recheck_in = Some(recheck_in.map_or(until_deadline, |g| g.min(until_deadline)));
         }
-        st.message = format!(
-            "stage {} ({}) of revision {number}: {}",
-            i + 1,
-            stage.name,
-            stage.message
-        );
+        st.message = stage_line(i, stage, number);
         break;
     }
     Decision {
@@ -679,6 +833,48 @@ async fn write(
     Ok(())
 }
 
+/// What users asked through the Subscription's annotations (`newest`: the newest revision's
+/// number, which an undo names to stay in force). An annotation that cannot be read is left out.
+pub fn controls(sub: &Subscription, newest: i64) -> Controls {
+    let a = sub.annotations();
+    fn json<T: serde::de::DeserializeOwned>(a: &BTreeMap<String, String>, k: &str) -> Option<T> {
+        a.get(k).and_then(|v| serde_json::from_str(v).ok())
+    }
+    Controls {
+        paused: a.get(known::ROLLOUT_PAUSED_ANNOTATION).map(String::as_str) == Some("true"),
+        approval: json(a, known::ROLLOUT_APPROVAL_ANNOTATION),
+        restart: a
+            .get(known::ROLLOUT_RESTART_ANNOTATION)
+            .cloned()
+            .unwrap_or_default(),
+        undo_to: json(a, known::ROLLOUT_UNDO_ANNOTATION)
+            .filter(|u: &RolloutUndo| u.newest == newest)
+            .map(|u| u.to),
+    }
+}
+
+/// `clusternet_rollout_*`: every transition by reason, and how long each stage that ended took.
+fn record_metrics(before: Option<&RolloutStatus>, decision: &Decision) {
+    for t in &decision.told {
+        metrics::counter!("clusternet_rollout_transitions_total", "reason" => t.reason)
+            .increment(1);
+    }
+    for s in &decision.status.stages {
+        let was = before.and_then(|b| {
+            (b.revision == decision.status.revision)
+                .then(|| b.stages.iter().find(|o| o.name == s.name))
+                .flatten()
+        });
+        let ended = matches!(s.phase, StagePhase::Succeeded | StagePhase::Failed)
+            && was.is_none_or(|w| w.phase != s.phase);
+        if let (true, Some(start), Some(end)) = (ended, &s.started_at, &s.finished_at) {
+            let took = end.0.duration_since(start.0).as_secs_f64().max(0.0);
+            metrics::histogram!("clusternet_rollout_stage_duration_seconds", "result" => s.phase.as_str())
+                .record(took);
+        }
+    }
+}
+
 async fn reconcile(ctx: &Ctx, sub: &Subscription) -> Result<Action, RolloutError> {
     let current = sub.status.as_ref().and_then(|s| s.rollout.as_deref());
     let Some(strategy_name) = &sub.spec.rollout_strategy_name else {
@@ -692,17 +888,23 @@ async fn reconcile(ctx: &Ctx, sub: &Subscription) -> Result<Action, RolloutError
         return Ok(Action::await_change());
     }
     let uid = sub.uid().unwrap_or_default();
-    let Some(newest) = ctx
+    let revisions: Vec<(String, i64)> = ctx
         .revisions
         .get(&uid)
         .iter()
         .filter(|r| r.metadata.deletion_timestamp.is_none())
-        .max_by_key(|r| r.revision)
         .map(|r| (r.name_any(), r.revision))
-    else {
+        .collect();
+    let Some(newest) = revisions.iter().max_by_key(|r| r.1).cloned() else {
         // the revision controller records the first one; its write triggers this again
         return Ok(Action::await_change());
     };
+    let controls = controls(sub, newest.1);
+    // an undo in force rolls an older revision out instead of the newest
+    let newest = controls
+        .undo_to
+        .and_then(|to| revisions.iter().find(|r| r.1 == to).cloned())
+        .unwrap_or(newest);
     let ns = sub.namespace().unwrap_or_default();
     let strategy = ctx
         .strategies
@@ -728,10 +930,7 @@ async fn reconcile(ctx: &Ctx, sub: &Subscription) -> Result<Action, RolloutError
         Some(s) => stages(&s.spec.stages, &bound, &labels),
     };
     let descriptions = ctx.descriptions.get(&uid);
-    let target = current
-        .filter(|c| c.revision == newest.0)
-        .map(|c| c.revision.clone())
-        .unwrap_or_else(|| newest.0.clone());
+    let target = newest.0.clone();
     let state = |c: &str| {
         let cns = c.split_once('/').map(|(n, _)| n).unwrap_or(c);
         let here: Vec<Arc<Description>> = descriptions
@@ -741,6 +940,31 @@ async fn reconcile(ctx: &Ctx, sub: &Subscription) -> Result<Action, RolloutError
             .collect();
         cluster_state(&here, &target)
     };
+    // the metric gates of the stage under way are asked now; a stage just started is asked on
+    // the next look (GATE_INTERVAL)
+    let mut gates = None;
+    if let (Some(c), Ok(rules)) = (current, &stages_now)
+        && c.phase == RolloutPhase::Progressing
+        && c.revision == target
+        && c.paused_at.is_none()
+        && !controls.paused
+    {
+        let at = usize::try_from(c.stage).unwrap_or(0);
+        if let Some(rule) = rules.get(at).filter(|r| !r.metric_gates.is_empty()) {
+            let mut results = Vec::new();
+            for g in &rule.metric_gates {
+                let r = metricgate::evaluate(g, &rule.name, &rule.clusters).await;
+                metrics::counter!("clusternet_rollout_gate_evaluations_total", "result" => match &r {
+                    GateResult::Passing(_) => "passing",
+                    GateResult::Failing(_) => "failing",
+                    GateResult::Waiting(_) => "waiting",
+                })
+                .increment(1);
+                results.push((g.name.clone(), r));
+            }
+            gates = Some((at, results));
+        }
+    }
     let decision = decide(&Facts {
         newest,
         current,
@@ -750,8 +974,11 @@ async fn reconcile(ctx: &Ctx, sub: &Subscription) -> Result<Action, RolloutError
             .and_then(|s| s.spec.on_failure)
             .unwrap_or_default(),
         state: &state,
+        controls: &controls,
+        gates,
         now: Timestamp::now(),
     });
+    record_metrics(current, &decision);
     for t in &decision.told {
         info!(subscription = %format!("{ns}/{}", sub.name_any()), reason = t.reason, message = %t.message, "rollout");
         if t.warning {
@@ -785,6 +1012,8 @@ mod tests {
                 min_success: Duration::from_secs(min_success),
                 deadline: Duration::from_secs(deadline),
                 max_failures: 0,
+                require_approval: false,
+                metric_gates: Vec::new(),
             })
             .collect()
     }
@@ -800,14 +1029,7 @@ mod tests {
         state: &dyn Fn(&str) -> ClusterState,
         secs: i64,
     ) -> Decision {
-        decide(&Facts {
-            newest: (newest.0.to_string(), newest.1),
-            current,
-            stages: Ok(r.to_vec()),
-            on_failure: OnFailure::Rollback,
-            state,
-            now: at(secs),
-        })
+        decide_with(current, newest, r, state, &Controls::default(), secs)
     }
 
     #[test]
@@ -921,6 +1143,184 @@ mod tests {
         );
         assert_eq!(d3.status.stages[0].updated, vec!["c1/a"]);
         assert!(d3.told[0].message.contains("supersedes"), "{:?}", d3.told);
+    }
+
+    fn decide_with(
+        current: Option<&RolloutStatus>,
+        newest: (&str, i64),
+        r: &[StageRules],
+        state: &dyn Fn(&str) -> ClusterState,
+        controls: &Controls,
+        secs: i64,
+    ) -> Decision {
+        decide(&Facts {
+            newest: (newest.0.to_string(), newest.1),
+            current,
+            stages: Ok(r.to_vec()),
+            on_failure: OnFailure::Rollback,
+            state,
+            controls,
+            gates: None,
+            now: at(secs),
+        })
+    }
+
+    #[test]
+    fn an_approval_holds_its_stage_and_a_pause_stops_the_clock() {
+        let mut r = rules(&[("one", &["c1/a"]), ("two", &["c2/b"])], 0, 60);
+        r[1].require_approval = true;
+        let all = |_: &str| ClusterState::Healthy;
+        let none = Controls::default();
+        let first = decide_with(None, ("s-1", 1), &r, &all, &none, 0).status;
+        let d = decide_with(Some(&first), ("s-2", 2), &r, &all, &none, 1);
+        let d = decide_with(Some(&d.status), ("s-2", 2), &r, &all, &none, 2);
+        assert_eq!(d.status.stage, 1);
+        assert_eq!(d.status.stages[1].phase, StagePhase::WaitingForApproval);
+        assert_eq!(pin_for(&d.status, "c2/b"), "s-1", "held before approval");
+        // an approval of another revision's stage does not count
+        let approval = |revision: i64, user: &str| Controls {
+            approval: Some(RolloutApproval {
+                revision,
+                stage: "two".into(),
+                user: user.into(),
+            }),
+            ..Default::default()
+        };
+        let stale = approval(1, "eve");
+        let held = decide_with(Some(&d.status), ("s-2", 2), &r, &all, &stale, 100);
+        assert_eq!(held.status.stages[1].phase, StagePhase::WaitingForApproval);
+        let approved = approval(2, "alice");
+        let d = decide_with(Some(&held.status), ("s-2", 2), &r, &all, &approved, 101);
+        assert_eq!(d.status.stages[1].approved_by, "alice");
+        assert_eq!(d.told[0].reason, "StageApproved");
+        assert_eq!(pin_for(&d.status, "c2/b"), "s-2");
+        // paused for 100 s: the 60 s deadline counts from the stage's start less the pause
+        let stuck = |_: &str| ClusterState::Changing("available: 0/1".into());
+        let paused = Controls {
+            paused: true,
+            ..approved.clone()
+        };
+        let p = decide_with(Some(&d.status), ("s-2", 2), &r, &stuck, &paused, 110);
+        assert!(p.status.paused_at.is_some());
+        let p = decide_with(Some(&p.status), ("s-2", 2), &r, &stuck, &paused, 210);
+        assert_eq!(
+            p.status.phase,
+            RolloutPhase::Progressing,
+            "nothing moves while paused"
+        );
+        let resumed = decide_with(Some(&p.status), ("s-2", 2), &r, &stuck, &approved, 211);
+        assert_eq!(resumed.status.phase, RolloutPhase::Progressing);
+        assert!(resumed.told.iter().any(|t| t.reason == "RolloutResumed"));
+        let late = decide_with(
+            Some(&resumed.status),
+            ("s-2", 2),
+            &r,
+            &stuck,
+            &approved,
+            262,
+        );
+        assert_eq!(
+            late.status.phase,
+            RolloutPhase::RolledBack,
+            "60 s of unpaused time"
+        );
+    }
+
+    #[test]
+    fn a_restart_rolls_the_same_revision_out_again_and_an_undo_rolls_an_older_one() {
+        let r = rules(&[("one", &["c1/a"]), ("two", &["c2/b"])], 0, 60);
+        let stuck = |_: &str| ClusterState::Changing("available: 0/1".into());
+        let none = Controls::default();
+        let first = decide_with(None, ("s-1", 1), &r, &stuck, &none, 0).status;
+        let d = decide_with(Some(&first), ("s-2", 2), &r, &stuck, &none, 1);
+        let back = decide_with(Some(&d.status), ("s-2", 2), &r, &stuck, &none, 70);
+        assert_eq!(back.status.phase, RolloutPhase::RolledBack);
+        let restart = Controls {
+            restart: "2026-12-07T18:00:00Z".into(),
+            ..Default::default()
+        };
+        let again = decide_with(Some(&back.status), ("s-2", 2), &r, &stuck, &restart, 80);
+        assert_eq!(again.status.phase, RolloutPhase::Progressing);
+        assert_eq!(again.status.stable_revision, "s-1");
+        assert_eq!(pin_for(&again.status, "c1/a"), "s-2");
+        // the same request does not restart it twice
+        let same = decide_with(Some(&again.status), ("s-2", 2), &r, &stuck, &restart, 81);
+        assert_eq!(same.status.started_at, again.status.started_at);
+        // undo to revision 1 from a completed revision 2: revision 1 goes through the stages
+        let all = |_: &str| ClusterState::Healthy;
+        let mut done = decide_with(Some(&same.status), ("s-2", 2), &r, &all, &restart, 82);
+        for t in 83..90 {
+            done = decide_with(Some(&done.status), ("s-2", 2), &r, &all, &restart, t);
+        }
+        assert_eq!(done.status.phase, RolloutPhase::Completed);
+        let undo = Controls {
+            undo_to: Some(1),
+            ..restart.clone()
+        };
+        let u = decide_with(Some(&done.status), ("s-1", 1), &r, &stuck, &undo, 100);
+        assert_eq!(u.status.phase, RolloutPhase::Progressing);
+        assert_eq!(u.status.stable_revision, "s-2");
+        assert_eq!(u.status.undo_to, Some(1));
+        assert_eq!(pin_for(&u.status, "c1/a"), "s-1");
+        assert_eq!(pin_for(&u.status, "c2/b"), "s-2");
+        assert!(u.told[0].message.contains("undo"), "{:?}", u.told);
+    }
+
+    #[test]
+    fn a_metric_gate_holds_a_soaked_stage_and_a_failing_one_rolls_back() {
+        let mut r = rules(&[("one", &["c1/a"]), ("two", &["c2/b"])], 10, 60);
+        r[0].metric_gates = serde_json::from_value(json!([{"name": "errors",
+            "address": "http://127.0.0.1:9", "query": "e", "comparison": "LessThan",
+            "threshold": 0.05}]))
+        .expect("gates");
+        let all = |_: &str| ClusterState::Healthy;
+        let none = Controls::default();
+        let with = |current: &RolloutStatus, gate: Option<GateResult>, secs: i64| {
+            decide(&Facts {
+                newest: ("s-2".into(), 2),
+                current: Some(current),
+                stages: Ok(r.clone()),
+                on_failure: OnFailure::Rollback,
+                state: &all,
+                controls: &none,
+                gates: gate.map(|g| (0, vec![("errors".to_string(), g)])),
+                now: at(secs),
+            })
+        };
+        let first = decide_with(None, ("s-1", 1), &r, &all, &none, 0).status;
+        let d = decide_with(Some(&first), ("s-2", 2), &r, &all, &none, 1);
+        assert_eq!(
+            d.recheck,
+            Some(GATE_INTERVAL),
+            "gates are asked every few seconds"
+        );
+        let passing = GateResult::Passing("0.01 < 0.05".into());
+        let d = with(&d.status, Some(passing.clone()), 2);
+        let d = with(&d.status, Some(passing.clone()), 13);
+        assert_eq!(
+            d.status.stage, 1,
+            "soaked and passing: {:?}",
+            d.status.stages[0]
+        );
+        // the same stage with no data: soaked, yet held
+        let d2 = decide_with(Some(&first), ("s-2", 2), &r, &all, &none, 1);
+        let waiting = GateResult::Waiting("the query returns no data yet".into());
+        let held = with(&d2.status, Some(waiting.clone()), 30);
+        assert_eq!(held.status.stage, 0);
+        assert_eq!(held.status.stages[0].gates[0].state, "Waiting");
+        let late = with(&held.status, Some(waiting), 62);
+        assert_eq!(late.status.phase, RolloutPhase::RolledBack);
+        // a failing gate fails the stage at once
+        let failing = GateResult::Failing("0.5 is not < 0.05".into());
+        let bad = with(&d2.status, Some(failing), 3);
+        assert_eq!(bad.status.phase, RolloutPhase::RolledBack);
+        assert!(
+            bad.status
+                .message
+                .contains("metric gate errors: 0.5 is not < 0.05"),
+            "{}",
+            bad.status.message
+        );
     }
 
     #[test]

@@ -22,6 +22,9 @@ pub const USAGE: &str = "\
 Usage:
   kubectl clusternet rollout history subscription/NAME [-n NAMESPACE] [--revision=N] [-o json|yaml]
   kubectl clusternet rollout status subscription/NAME [-n NAMESPACE] [-w=false] [--timeout=DURATION]
+  kubectl clusternet rollout approve subscription/NAME [-n NAMESPACE] [--stage=N]
+  kubectl clusternet rollout pause|resume|restart subscription/NAME [-n NAMESPACE]
+  kubectl clusternet rollout undo subscription/NAME [-n NAMESPACE] [--to-revision=N]
 
 Manages the rollout of a Subscription (the verbs of kubectl rollout). Every change to what a
 Subscription deploys (its spec, its feeds' content, the HelmCharts it deploys, the overrides that
@@ -35,6 +38,13 @@ Verbs:
   history      list the revisions with what changed in each, or show one with --revision=N
   status       follow the rollout of the newest revision until it completes (exit 0), or until
                it is rolled back or paused by a failed stage (exit 1)
+  approve      let the stage that waits for approval (requireApproval) go on, or approve stage N
+               of the revision being rolled out ahead of time; who approved is recorded
+  pause        hold the rollout where it is (the time paused does not count against deadlines)
+  resume       let a paused rollout go on
+  restart      roll the newest revision out again from stage 1 (after a rollback, say)
+  undo         roll revision N (default: the one before the revision rolled out now) out again,
+               stage by stage, until the next change
 
 Options:
   -n, --namespace NS    namespace of the Subscription (default: the context's, default)
@@ -43,6 +53,8 @@ Options:
   -o, --output FORMAT   json or yaml (with --revision: that revision's content)
   -w, --watch           status: keep following until the rollout ends (default true)
       --timeout D       status: give up after this long (a duration, 0 = never; default 0)
+      --stage N         approve: the stage (1 = the first) to approve
+      --to-revision N   undo: the revision to go back to
 
 Other targets (deployment/web) go to kubectl's own rollout through the shadow API.
 ";
@@ -63,6 +75,10 @@ pub struct RolloutArgs {
     pub watch: bool,
     /// `status`: how long to follow (None: no limit).
     pub timeout: Option<std::time::Duration>,
+    /// `approve --stage N` (1-based).
+    pub stage: Option<usize>,
+    /// `undo --to-revision N`.
+    pub to_revision: Option<i64>,
 }
 
 /// The target of `kubectl clusternet rollout ...` when it is a Subscription, else `None` (the
@@ -118,6 +134,19 @@ pub fn parse(args: &[OsString]) -> Result<RolloutArgs, String> {
                         return Err(format!("invalid argument {v:?} for \"--watch\" flag"));
                     }
                 }
+            }
+            "--stage" => {
+                let v = value("--stage")?;
+                out.stage = Some(v.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                    format!("invalid argument {v:?} for \"--stage\" flag: a stage number from 1")
+                })?);
+            }
+            "--to-revision" => {
+                let v = value("--to-revision")?;
+                let n: i64 = v
+                    .parse()
+                    .map_err(|_| format!("invalid argument {v:?} for \"--to-revision\" flag"))?;
+                out.to_revision = (n != 0).then_some(n);
             }
             "--timeout" => {
                 let v = value("--timeout")?;
@@ -205,6 +234,10 @@ pub fn progress(sub: &Subscription) -> Progress {
             },
             r.message
         )),
+        RolloutPhase::Progressing if r.paused_at.is_some() => Progress::Waiting(format!(
+            "Waiting for rollout of revision {} to finish: it is paused ({})",
+            r.revision_number, r.message
+        )),
         RolloutPhase::Progressing => {
             let total = r.stages.len();
             let stage = usize::try_from(r.stage).unwrap_or(0);
@@ -265,18 +298,208 @@ async fn status(
     }
 }
 
+/// The revisions of `sub` as (number, name), oldest first.
+async fn revisions_of(
+    client: &kube::Client,
+    sub: &Subscription,
+) -> Result<Vec<ControllerRevision>, String> {
+    let revisions: Api<ControllerRevision> =
+        Api::namespaced(client.clone(), &sub.namespace().unwrap_or_default());
+    let selector = format!(
+        "{}={}",
+        known::CONFIG_SUBSCRIPTION_UID_LABEL,
+        sub.uid().unwrap_or_default()
+    );
+    let mut list = revisions
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(|e| e.to_string())?
+        .items;
+    list.sort_by_key(|r| r.revision);
+    Ok(list)
+}
+
+/// The user the API server takes this command's credentials for (`kubectl auth whoami`).
+async fn whoami(client: &kube::Client) -> Result<String, String> {
+    use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+    let review = Api::<SelfSubjectReview>::all(client.clone())
+        .create(
+            &kube::api::PostParams::default(),
+            &SelfSubjectReview::default(),
+        )
+        .await
+        .map_err(|e| format!("asking the API server who approves (SelfSubjectReview): {e}"))?;
+    review
+        .status
+        .and_then(|s| s.user_info)
+        .and_then(|u| u.username)
+        .filter(|u| !u.is_empty())
+        .ok_or_else(|| "the API server did not say who approves".into())
+}
+
+/// What `approve`, `pause`, `resume`, `restart` and `undo` write: the Subscription's annotation
+/// (the rollout controller acts on it), and what to print. An annotation value of None removes it.
+pub fn control_patch(
+    verb: &str,
+    sub: &Subscription,
+    revisions: &[(i64, String)],
+    user: &str,
+    now: &str,
+    args: &RolloutArgs,
+) -> Result<(&'static str, Option<String>, String), String> {
+    let name = sub.name_any();
+    let target = format!("subscription.apps.clusternet.io/{name}");
+    if sub.spec.rollout_strategy_name.is_none() {
+        return Err(format!(
+            "subscription \"{name}\" has no rollout strategy (spec.rolloutStrategyName): every \
+             change reaches every cluster at once, there is no rollout to {verb}"
+        ));
+    }
+    let rollout = sub.status.as_ref().and_then(|s| s.rollout.as_deref());
+    let annotations = sub.annotations();
+    match verb {
+        "pause" => {
+            if annotations
+                .get(known::ROLLOUT_PAUSED_ANNOTATION)
+                .map(String::as_str)
+                == Some("true")
+            {
+                return Ok((
+                    known::ROLLOUT_PAUSED_ANNOTATION,
+                    Some("true".into()),
+                    format!("{target} is already paused"),
+                ));
+            }
+            Ok((
+                known::ROLLOUT_PAUSED_ANNOTATION,
+                Some("true".into()),
+                format!("{target} paused"),
+            ))
+        }
+        "resume" => {
+            if !annotations.contains_key(known::ROLLOUT_PAUSED_ANNOTATION) {
+                return Err(format!("{target} is not paused"));
+            }
+            Ok((
+                known::ROLLOUT_PAUSED_ANNOTATION,
+                None,
+                format!("{target} resumed"),
+            ))
+        }
+        "restart" => Ok((
+            known::ROLLOUT_RESTART_ANNOTATION,
+            Some(now.into()),
+            format!("{target} restarted"),
+        )),
+        "approve" => {
+            let r = rollout.ok_or_else(|| format!("{target} has no rollout yet"))?;
+            let (index, stage) = match args.stage {
+                Some(n) => r
+                    .stages
+                    .get(n - 1)
+                    .map(|s| (n - 1, s))
+                    .ok_or_else(|| format!("revision {} has {} stages, not {n}", r.revision_number, r.stages.len()))?,
+                None => r
+                    .stages
+                    .iter()
+                    .enumerate()
+                    .find(|(_, s)| s.phase == crate::apis::StagePhase::WaitingForApproval)
+                    .ok_or_else(|| {
+                        format!(
+                            "no stage of revision {} is waiting for approval; name one with --stage=N",
+                            r.revision_number
+                        )
+                    })?,
+            };
+            if r.phase != RolloutPhase::Progressing {
+                return Err(format!(
+                    "the rollout of revision {} is {}: there is nothing to approve",
+                    r.revision_number, r.phase
+                ));
+            }
+            let approval = crate::apis::RolloutApproval {
+                revision: r.revision_number,
+                stage: stage.name.clone(),
+                user: user.to_string(),
+            };
+            let value = serde_json::to_string(&approval).map_err(|e| e.to_string())?;
+            Ok((
+                known::ROLLOUT_APPROVAL_ANNOTATION,
+                Some(value),
+                format!(
+                    "{target} stage {} ({}) of revision {} approved by {user}",
+                    index + 1,
+                    stage.name,
+                    r.revision_number
+                ),
+            ))
+        }
+        "undo" => {
+            let newest = revisions
+                .iter()
+                .map(|r| r.0)
+                .max()
+                .ok_or_else(|| format!("{target} has no revisions"))?;
+            let now_out = rollout.map(|r| r.revision_number).unwrap_or(newest);
+            let to = match args.to_revision {
+                Some(n) => revisions
+                    .iter()
+                    .find(|r| r.0 == n)
+                    .map(|r| r.0)
+                    .ok_or("unable to find the specified revision")?,
+                None => revisions
+                    .iter()
+                    .filter(|r| r.0 < now_out)
+                    .map(|r| r.0)
+                    .max()
+                    .ok_or_else(|| format!("{target} has no revision before revision {now_out}"))?,
+            };
+            let undo = crate::apis::RolloutUndo { to, newest };
+            let value = serde_json::to_string(&undo).map_err(|e| e.to_string())?;
+            Ok((
+                known::ROLLOUT_UNDO_ANNOTATION,
+                Some(value),
+                format!("{target} rolled back (to revision {to}, stage by stage)"),
+            ))
+        }
+        other => Err(format!("unknown command {other:?} for \"rollout\"")),
+    }
+}
+
+async fn control(
+    client: &kube::Client,
+    subs: &Api<Subscription>,
+    args: &RolloutArgs,
+    sub: &Subscription,
+) -> Result<ExitCode, String> {
+    let revisions: Vec<(i64, String)> = revisions_of(client, sub)
+        .await?
+        .iter()
+        .map(|r| (r.revision, r.name_any()))
+        .collect();
+    let user = if args.verb == "approve" {
+        whoami(client).await?
+    } else {
+        String::new()
+    };
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let (key, value, said) = control_patch(&args.verb, sub, &revisions, &user, &now, args)?;
+    let patch = serde_json::json!({"metadata": {"annotations": {key: value}}});
+    subs.patch(
+        &sub.name_any(),
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    Ok(crate::emit(&format!("{said}\n")))
+}
+
 pub async fn run(
     client: kube::Client,
     args: &RolloutArgs,
     context_namespace: Option<&str>,
 ) -> Result<ExitCode, String> {
-    if args.verb != "history" && args.verb != "status" {
-        return Err(format!(
-            "rollout {} of a Subscription is not implemented yet in this build; `rollout \
-             history` and `rollout status` are",
-            args.verb
-        ));
-    }
     let ns = args
         .namespace
         .as_deref()
@@ -293,21 +516,12 @@ pub async fn run(
                 args.name
             )
         })?;
-    if args.verb == "status" {
-        return status(&subs, args, sub).await;
+    match args.verb.as_str() {
+        "status" => return status(&subs, args, sub).await,
+        "history" => {}
+        _ => return control(&client, &subs, args, &sub).await,
     }
-    let revisions: Api<ControllerRevision> = Api::namespaced(client, ns);
-    let selector = format!(
-        "{}={}",
-        known::CONFIG_SUBSCRIPTION_UID_LABEL,
-        sub.uid().unwrap_or_default()
-    );
-    let mut list = revisions
-        .list(&ListParams::default().labels(&selector))
-        .await
-        .map_err(|e| e.to_string())?
-        .items;
-    list.sort_by_key(|r| r.revision);
+    let list = revisions_of(&client, &sub).await?;
     if let Some(n) = args.revision {
         let Some(r) = list.iter().find(|r| r.revision == n) else {
             return Err("unable to find the specified revision".into());
@@ -382,6 +596,8 @@ mod tests {
             output: None,
             watch: true,
             timeout: None,
+            stage: None,
+            to_revision: None,
         };
         assert_eq!(
             parse(&args(&[

@@ -69,6 +69,14 @@ pub fn metrics_handle() -> Result<PrometheusHandle, String> {
             ],
         )
         .map_err(|e| e.to_string())?
+        // a rollout stage takes seconds to hours (its soak, its deadline)
+        .set_buckets_for_metric(
+            Matcher::Full("clusternet_rollout_stage_duration_seconds".to_string()),
+            &[
+                1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 14400.0,
+            ],
+        )
+        .map_err(|e| e.to_string())?
         .set_buckets_for_metric(
             Matcher::Suffix("_seconds".to_string()),
             &[

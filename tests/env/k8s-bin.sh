@@ -3,7 +3,7 @@
 # kube-apiserver, kube-controller-manager, kube-scheduler, kubectl (k8s.io/kubernetes), etcd, kwok, helm and
 # the CNCF distribution registry (an OCI registry for the Helm tests), all from the Go module proxy, and
 # Cluster API's CRDs (downloaded with the sigs.k8s.io/cluster-api module, for the discovery test),
-# krew (the plugin's install test) and promtool (checks the alerting rules). Nothing here is ever committed; the cache lives outside the work tree,
+# krew (the plugin's install test), promtool (checks the alerting rules) and prometheus (the server rollout metric gates ask in tests). Nothing here is ever committed; the cache lives outside the work tree,
 # keyed by version, and a warm run only checks the version stamps.
 #
 # Why a wrapper module: k8s.io/kubernetes and etcd's server module carry replace directives, which
@@ -94,11 +94,12 @@ build_krew() {
     "sigs.k8s.io/krew/cmd/krew@v$KREW_VERSION"
 }
 
-# promtool checks deploy/prometheus/rules.yaml (Prometheus' Go module v0.X.Y is its release 3.X.Y)
-build_promtool() {
+# promtool checks deploy/prometheus/rules.yaml; prometheus is the server a rollout's metric gates
+# ask in tests (Prometheus' Go module v0.X.Y is its release 3.X.Y)
+build_prom() {
   GOBIN=$OUT go install -trimpath -ldflags "-s -w" \
-    "github.com/prometheus/prometheus/cmd/promtool@v$PROMETHEUS_VERSION"
-  echo "v$PROMETHEUS_VERSION" > "$OUT/promtool.version"
+    "github.com/prometheus/prometheus/cmd/$1@v$PROMETHEUS_VERSION"
+  echo "v$PROMETHEUS_VERSION" > "$OUT/$1.version"
 }
 
 build_helm() {
@@ -146,19 +147,20 @@ BUILDER=kwok step kwok "$KWOK_VERSION" --version
 BUILDER=helm step helm "v$HELM_VERSION" version --short
 BUILDER=registry step registry "v$REGISTRY_VERSION" --version
 BUILDER=krew step krew "v$KREW_VERSION" version
-if [ -x "$OUT/promtool" ] && [ "$(cat "$OUT/promtool.version" 2>/dev/null)" = "v$PROMETHEUS_VERSION" ]; then
-  log "promtool ok (v$PROMETHEUS_VERSION)"
-else
-  log "building promtool (v$PROMETHEUS_VERSION, a few minutes)..."; t0=$SECONDS
-  ( GOFLAGS="$GOFLAGS -v" build_promtool ) >"$BUILD/promtool.build.log" 2>&1 &
+for p in promtool prometheus; do
+  if [ -x "$OUT/$p" ] && [ "$(cat "$OUT/$p.version" 2>/dev/null)" = "v$PROMETHEUS_VERSION" ]; then
+    log "$p ok (v$PROMETHEUS_VERSION)"; continue
+  fi
+  log "building $p (v$PROMETHEUS_VERSION, a few minutes)..."; t0=$SECONDS
+  ( GOFLAGS="$GOFLAGS -v" build_prom "$p" ) >"$BUILD/$p.build.log" 2>&1 &
   pid=$!
   while kill -0 "$pid" 2>/dev/null; do
     for _ in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
-    kill -0 "$pid" 2>/dev/null && log "  promtool: $(grep -c . "$BUILD/promtool.build.log" || true) packages so far, $((SECONDS - t0))s"
+    kill -0 "$pid" 2>/dev/null && log "  $p: $(grep -c . "$BUILD/$p.build.log" || true) packages so far, $((SECONDS - t0))s"
   done
-  wait "$pid" || { tail -n 20 "$BUILD/promtool.build.log" >&2; log "FAILED to build promtool"; exit 1; }
-  log "promtool built in $((SECONDS - t0))s"
-fi
+  wait "$pid" || { tail -n 20 "$BUILD/$p.build.log" >&2; log "FAILED to build $p"; exit 1; }
+  log "$p built in $((SECONDS - t0))s"
+done
 if [ "$(cat "$OUT/capi-crds/VERSION" 2>/dev/null)" = "v$CAPI_VERSION" ]; then
   log "Cluster API CRDs ok (v$CAPI_VERSION)"
 else

@@ -2329,3 +2329,96 @@ pub fn helm_list(env: &TestEnv, i: usize, ns: &str) -> Vec<(String, i64, String,
         })
         .collect()
 }
+
+/// A metrics endpoint the test controls: `GET /metrics` serves whatever text was last set.
+pub struct Exporter {
+    pub port: u16,
+    text: std::sync::Arc<std::sync::Mutex<String>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Exporter {
+    pub async fn start(text: &str) -> Exporter {
+        use warp::Filter;
+        let shared = std::sync::Arc::new(std::sync::Mutex::new(text.to_string()));
+        let served = shared.clone();
+        let route = warp::path("metrics")
+            .map(move || served.lock().unwrap_or_else(|e| e.into_inner()).clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a port for the exporter");
+        let port = listener.local_addr().expect("the exporter's port").port();
+        let task = tokio::spawn(warp::serve(route).incoming(listener).run());
+        Exporter {
+            port,
+            text: shared,
+            task,
+        }
+    }
+
+    pub fn set(&self, text: &str) {
+        *self.text.lock().unwrap_or_else(|e| e.into_inner()) = text.to_string();
+    }
+}
+
+impl Drop for Exporter {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A real Prometheus server on loopback (built by tests/env/k8s-bin.sh) scraping `targets`
+/// every second.
+pub struct Prometheus {
+    pub address: String,
+    child: std::process::Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Prometheus {
+    pub async fn start(env: &TestEnv, targets: &[String]) -> Prometheus {
+        let dir = tempfile::tempdir().expect("a directory for Prometheus");
+        let config = dir.path().join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\nscrape_configs:\n- job_name: app\n  static_configs: [{{targets: {targets:?}}}]\n"
+            ),
+        )
+        .expect("writing the Prometheus config");
+        let port = free_port();
+        let address = format!("http://127.0.0.1:{port}");
+        let child = Command::new(env.bin("prometheus"))
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("prometheus.log")).expect("a log"))
+            .spawn()
+            .expect("starting Prometheus (tests/env/k8s-bin.sh builds it)");
+        let p = Prometheus {
+            address,
+            child,
+            _dir: dir,
+        };
+        let ready = format!("127.0.0.1:{port}");
+        wait_for("Prometheus", Duration::from_secs(30), || async {
+            tokio::net::TcpStream::connect(&ready)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        })
+        .await;
+        p
+    }
+}

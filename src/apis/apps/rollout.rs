@@ -79,6 +79,66 @@ pub struct RolloutStage {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub max_failures: Option<i32>,
+
+    /// RequireApproval holds the stage before it changes any cluster until someone approves it
+    /// (`kubectl clusternet rollout approve subscription/NAME`), for every revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub require_approval: Option<bool>,
+
+    /// MetricGates are Prometheus queries that must pass, every few seconds while the stage
+    /// changes and soaks, for the stage to pass; one that fails fails the stage.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub metric_gates: Vec<MetricGate>,
+}
+
+/// A Prometheus instant query and the threshold every sample of its result must meet.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MetricGate {
+    /// Name of the gate, shown in the stage's status.
+    pub name: String,
+
+    /// Address of the Prometheus server (`http://host:port`, where `/api/v1/query` is served).
+    pub address: String,
+
+    /// Query is the PromQL instant query. `$CLUSTERS` is replaced by the stage's cluster names
+    /// (ManagedCluster names, regex-escaped and joined by `|`, for `cluster=~"$CLUSTERS"`) and
+    /// `$STAGE` by the stage's name.
+    pub query: String,
+
+    /// Comparison of each sample with the threshold: `LessThan`, `LessOrEqual`, `GreaterThan`,
+    /// `GreaterOrEqual`.
+    pub comparison: MetricComparison,
+
+    /// Threshold each sample is compared with.
+    pub threshold: f64,
+
+    /// OnNoData is what an empty result means: `Wait` (default: the stage cannot pass yet and
+    /// its deadline runs) or `Pass`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_no_data: Option<NoData>,
+}
+
+closed_string_enum! {
+    /// How a metric sample is compared with a gate's threshold.
+    #[derive(Default)]
+    pub enum MetricComparison {
+        #[default]
+        LessThan = "LessThan",
+        LessOrEqual = "LessOrEqual",
+        GreaterThan = "GreaterThan",
+        GreaterOrEqual = "GreaterOrEqual",
+    }
+}
+
+closed_string_enum! {
+    /// What a metric gate's empty result means.
+    #[derive(Default)]
+    pub enum NoData {
+        #[default]
+        Wait = "Wait",
+        Pass = "Pass",
+    }
 }
 
 closed_string_enum! {
@@ -113,6 +173,8 @@ closed_string_enum! {
     pub enum StagePhase {
         #[default]
         Pending = "Pending",
+        /// Held until approved (requireApproval).
+        WaitingForApproval = "WaitingForApproval",
         /// Its clusters are changing, or not all healthy yet.
         Progressing = "Progressing",
         /// Every cluster is healthy; waiting out minSuccessTime.
@@ -159,6 +221,19 @@ pub struct RolloutStatus {
     /// Stages, in order, with their clusters.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stages: Vec<StageStatus>,
+
+    /// PausedAt is when `kubectl clusternet rollout pause` stopped it (nothing moves until
+    /// `resume`; the time paused does not count against a progressDeadline).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused_at: Option<Time>,
+
+    /// RestartedAt is the `rollout restart` request this rollout started from.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub restarted_at: String,
+
+    /// UndoTo is the revision number `rollout undo` asked for while it is what is rolled out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub undo_to: Option<i64>,
 }
 
 /// One stage of a rollout.
@@ -197,4 +272,48 @@ pub struct StageStatus {
     /// Message says what the stage waits for, or why it failed.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
+
+    /// ApprovedBy is the user who approved the stage (requireApproval), as the API server knew
+    /// them.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub approved_by: String,
+
+    /// ApprovedAt is when.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_at: Option<Time>,
+
+    /// Gates are the metric gates' last results.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gates: Vec<GateStatus>,
+}
+
+/// A metric gate's last evaluation.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GateStatus {
+    pub name: String,
+    /// `Passing`, `Failing` or `Waiting` (no data, or Prometheus not reached).
+    pub state: String,
+    /// What the query returned, against what.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+/// What `kubectl clusternet rollout approve` writes to a Subscription's annotation
+/// `apps.clusternet.io/rollout-approval`: the stage of the revision approved, and by whom.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutApproval {
+    pub revision: i64,
+    pub stage: String,
+    pub user: String,
+}
+
+/// What `kubectl clusternet rollout undo` writes to annotation `apps.clusternet.io/rollout-undo`:
+/// roll revision `to` out (through the stages) while the newest revision is still `newest`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutUndo {
+    pub to: i64,
+    pub newest: i64,
 }

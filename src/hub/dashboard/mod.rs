@@ -822,8 +822,25 @@ async fn subscription_page(
             EVENTS_SHOWN,
         )),
     };
+    let rollout = match (
+        &sub.spec.rollout_strategy_name,
+        sub.status.as_ref().and_then(|s| s.rollout.as_deref()),
+    ) {
+        (None, _) => html! {
+            p class="empty" {
+                "No rollout strategy: every change reaches every cluster at once."
+            }
+            "\n"
+        },
+        (Some(strategy), None) => html! {
+            p class="empty" { "Rollout strategy " (strategy) ": no rollout recorded yet." }
+            "\n"
+        },
+        (Some(_), Some(r)) => render::rollout(r),
+    };
     let main = html! {
         (row)
+        (render::section("rollout", "Rollout", rollout))
         (render::section("deployed", "Bases and Descriptions per cluster", deployed))
         (render::section("placement", "Placement", html! { (decision) (what_if) }))
         (render::section("events", "Recent events", events))

@@ -657,6 +657,66 @@ fn description_tr(d: &DescriptionRow, by_cluster: bool) -> Markup {
     }
 }
 
+/// A Subscription's staged rollout (`status.rollout`): the revision rolled out and the stable
+/// one, where it is and why, and per stage its clusters (each with the revision it is pinned to
+/// and whether it is healthy there), its gates and its approval.
+pub fn rollout(r: &crate::apis::RolloutStatus) -> Markup {
+    let class = match r.phase {
+        crate::apis::RolloutPhase::Completed => "ready",
+        crate::apis::RolloutPhase::RolledBack | crate::apis::RolloutPhase::Paused => "not-ready",
+        crate::apis::RolloutPhase::Progressing => "pending",
+    };
+    let stable = r
+        .stable_revision_number
+        .map(|n| n.to_string())
+        .unwrap_or_else(|| "-".into());
+    let body: Vec<Markup> = r
+        .stages
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let current = usize::try_from(r.stage).ok() == Some(i)
+                && r.phase == crate::apis::RolloutPhase::Progressing;
+            html! {
+                tr data-stage=(s.name) class=(phase_class(s.phase.as_str())) {
+                    td { (i + 1) ". " (s.name) @if current { " " span class="chip" { "current" } } }
+                    td class="state" { (s.phase.as_str()) }
+                    td {
+                        @for c in &s.clusters {
+                            @let pinned = crate::pipeline::rollout::pin_for(r, c);
+                            @let number = if pinned == r.revision { r.revision_number.to_string() } else { stable.clone() };
+                            div data-cluster=(c) {
+                                (c) ": revision " span class="revision" { (number) }
+                                @if s.healthy.contains(c) { ", healthy" }
+                            }
+                        }
+                        @if s.clusters.is_empty() { span class="empty" { "no clusters" } }
+                    }
+                    td {
+                        @for g in &s.gates {
+                            div class=(phase_class(if g.state == "Passing" { "Success" } else if g.state == "Failing" { "Failed" } else { "" })) {
+                                (g.name) ": " (g.state) @if !g.message.is_empty() { " (" (g.message) ")" }
+                            }
+                        }
+                        @if !s.approved_by.is_empty() { div { "approved by " (s.approved_by) } }
+                    }
+                    td { (s.message) }
+                }
+            }
+        })
+        .collect();
+    html! {
+        p class=(class) data-rollout=(r.phase.as_str()) {
+            "Revision " strong { (r.revision_number) } " is " (r.phase.as_str())
+            " (stable revision " (stable) ")"
+            @if r.paused_at.is_some() { ", paused" }
+            @if !r.message.is_empty() { ": " (r.message) }
+        }
+        "\n"
+        (table("stages", &["Stage", "Phase", "Clusters", "Gates", "Message"], &body, "No stages."))
+    }
+}
+
 /// Recent events, newest first.
 pub fn events(rows: &[EventRow]) -> Markup {
     let body: Vec<Markup> = rows
@@ -848,6 +908,40 @@ fn helmchart_tr(c: &HelmChartRow) -> Markup {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rollout_shows_each_stages_clusters_with_their_revision_gates_and_approval() {
+        let r: crate::apis::RolloutStatus = serde_json::from_value(serde_json::json!({
+        "revision": "app-3", "revisionNumber": 3, "stableRevision": "app-2",
+        "stableRevisionNumber": 2, "phase": "Progressing", "stage": 1,
+        "message": "stage 2 (two) of revision 3: waiting for approval",
+        "stages": [
+            {"name": "one", "phase": "Succeeded", "clusters": ["n1/a"], "updated": ["n1/a"],
+             "healthy": ["n1/a"], "gates": [{"name": "errors", "state": "Passing",
+             "message": "0 < 0.05"}]},
+            {"name": "<two>", "phase": "WaitingForApproval", "clusters": ["n2/b"],
+             "approvedBy": ""}
+        ]}))
+        .expect("a rollout");
+        let html = rollout(&r).into_string();
+        assert!(
+            html.contains("Revision <strong>3</strong> is Progressing (stable revision 2)"),
+            "{html}"
+        );
+        assert!(
+            html.contains("n1/a: revision <span class=\"revision\">3</span>, healthy"),
+            "{html}"
+        );
+        assert!(
+            html.contains("n2/b: revision <span class=\"revision\">2</span>"),
+            "{html}"
+        );
+        assert!(html.contains("errors: Passing (0 &lt; 0.05)"), "{html}");
+        assert!(
+            html.contains("&lt;two&gt;") && !html.contains("<two>"),
+            "{html}"
+        );
+    }
 
     #[test]
     fn object_text_cannot_become_markup() {
