@@ -150,6 +150,7 @@ static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(())
 /// running everywhere.
 struct App {
     env: &'static TestEnv,
+    id: String,
     clusters: Vec<support::Cluster>,
     children: Vec<kube::Client>,
     appns: String,
@@ -158,21 +159,25 @@ struct App {
     strategy: Value,
 }
 
+/// The label of child `i`'s stage.
+fn stage_label(i: usize) -> &'static str {
+    ["stage=one", "stage=two", "stage=three"][i - 1]
+}
+
 impl App {
     async fn start(strategy_spec: Value) -> App {
+        Self::start_on(strategy_spec, &[1, 2, 3]).await
+    }
+
+    /// [`App::start`] over some of the children.
+    async fn start_on(strategy_spec: Value, on: &[usize]) -> App {
         let env = TestEnv::get();
         env.with_hub();
         env.with_controller();
         let parent = env.parent().await;
         let id = uid();
-        let clusters = register(
-            env,
-            &id,
-            &[1, 2, 3],
-            "Push",
-            &["stage=one", "stage=two", "stage=three"],
-        )
-        .await;
+        let labels: Vec<&str> = on.iter().map(|i| stage_label(*i)).collect();
+        let clusters = register(env, &id, on, "Push", &labels).await;
         let ns = TestNamespace::create(&parent, &env.parent_kubeconfig(), "rollout").await;
         let strategy = json!({
             "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "RolloutStrategy",
@@ -182,6 +187,7 @@ impl App {
         env.kubectl_apply(&strategy);
         let app = App {
             env,
+            id: id.clone(),
             children: clusters.iter().map(|c| c.child.clone()).collect(),
             clusters,
             appns: format!("roll-{id}"),
@@ -260,6 +266,13 @@ impl App {
         let mut all: Vec<&str> = args.to_vec();
         all.extend(["-n", &self.ns.name]);
         self.env.plugin(&all)
+    }
+
+    /// Registers child `i` (labelled for its stage) while the app runs.
+    async fn join(&mut self, i: usize) {
+        let mut more = register(self.env, &self.id, &[i], "Push", &[stage_label(i)]).await;
+        self.children.extend(more.iter().map(|c| c.child.clone()));
+        self.clusters.append(&mut more);
     }
 
     fn recorder(&self) -> Recorder {
@@ -673,4 +686,100 @@ async fn a_metric_gate_that_goes_bad_during_the_soak_rolls_back_and_a_good_one_c
         app.images().await,
         ["nginx:1.27", "nginx:1.27", "nginx:1.27"]
     );
+}
+
+#[tokio::test]
+async fn a_newer_change_supersedes_a_rollout_and_a_cluster_joining_mid_rollout_waits_for_its_stage()
+{
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let mut app = App::start_on(
+        json!({"stages": [
+            {"name": "one", "clusterSelector": {"matchLabels": {"stage": "one"}},
+             "minSuccessTime": "25s"},
+            {"name": "two", "clusterSelector": {"matchLabels": {"stage": "two"}}},
+            {"name": "three", "clusterSelector": {"matchLabels": {"stage": "three"}}}
+        ]}),
+        &[1, 2],
+    )
+    .await;
+    // revision 2 soaks in child 1; meanwhile child 3 joins: it gets revision 1, the last good one
+    let before = app.recorder();
+    app.apply("nginx:1.27", None);
+    wait_for(
+        "stage 1 of revision 2 soaking",
+        Duration::from_secs(90),
+        || async {
+            let r = rollout_of(&app.subs).await.ok_or("no status.rollout")?;
+            match r.stages.first() {
+                Some(s)
+                    if r.revision_number == 2
+                        && s.phase == clusternet::apis::StagePhase::Soaking =>
+                {
+                    Ok(())
+                }
+                _ => Err(format!("{:?} stage {}: {}", r.phase, r.stage, r.message)),
+            }
+        },
+    )
+    .await;
+    app.join(3).await;
+    let rec = app.recorder();
+    wait_for(
+        "child 3 running revision 1",
+        Duration::from_secs(90),
+        || async {
+            let images = app.images().await;
+            if images == ["nginx:1.27", "nginx:1.26", "nginx:1.26"] {
+                Ok(())
+            } else {
+                Err(format!("{images:?}"))
+            }
+        },
+    )
+    .await;
+    // revision 3 supersedes revision 2 before stage one passes: it starts over from stage one,
+    // with revision 1 still the stable one, and child 2 never runs revision 2
+    app.apply("nginx:1.28", None);
+    let r = wait_for("revision 3 under way", Duration::from_secs(60), || async {
+        let r = rollout_of(&app.subs).await.ok_or("no status.rollout")?;
+        if r.revision_number == 3 {
+            Ok(r)
+        } else {
+            Err(format!("{:?} revision {}", r.phase, r.revision_number))
+        }
+    })
+    .await;
+    assert_eq!(r.stable_revision_number, Some(1));
+    assert_eq!(r.stage, 0, "a newer revision starts from stage one: {r:?}");
+    wait_rollout(
+        &app.subs,
+        "revision 3 rolled out",
+        RolloutPhase::Completed,
+        3,
+        Duration::from_secs(120),
+    )
+    .await;
+    assert_eq!(
+        app.images().await,
+        ["nginx:1.28", "nginx:1.28", "nginx:1.28"]
+    );
+    assert_eq!(
+        before.first(1, "nginx:1.27"),
+        None,
+        "child 2 ran the superseded revision 2: {:?}",
+        before.history(1)
+    );
+    for i in [1, 2] {
+        assert_eq!(
+            rec.first(i, "nginx:1.27"),
+            None,
+            "child {} ran the superseded revision 2: {:?}",
+            i + 1,
+            rec.history(i)
+        );
+    }
+    // every revision stays in the history
+    let out = app.plugin(&["rollout", "history", "subscription/app"]);
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(said.contains("\n3 "), "{said}");
 }
