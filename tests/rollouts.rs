@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use support::browser::{Dashboard, LivePage};
 use support::{TestEnv, TestNamespace, register, uid, wait_for};
 
-fn deployment_yaml(ns: &str, image: &str, node_selector: Option<&str>) -> String {
+fn deployment_yaml(ns: &str, image: &str, node_selector: Option<&str>, replicas: i32) -> String {
     let selector = node_selector
         .map(|s| format!("      nodeSelector: {{{s}}}\n"))
         .unwrap_or_default();
@@ -26,7 +26,7 @@ fn deployment_yaml(ns: &str, image: &str, node_selector: Option<&str>) -> String
 kind: Deployment
 metadata: {{name: web, namespace: {ns}, labels: {{app: web}}}}
 spec:
-  replicas: 1
+  replicas: {replicas}
   selector: {{matchLabels: {{app: web}}}}
   template:
     metadata: {{labels: {{app: web}}}}
@@ -157,6 +157,7 @@ struct App {
     ns: TestNamespace,
     subs: Api<Subscription>,
     strategy: Value,
+    replicas: i32,
 }
 
 /// The label of child `i`'s stage.
@@ -166,11 +167,12 @@ fn stage_label(i: usize) -> &'static str {
 
 impl App {
     async fn start(strategy_spec: Value) -> App {
-        Self::start_on(strategy_spec, &[1, 2, 3]).await
+        Self::start_on(strategy_spec, &[1, 2, 3], false).await
     }
 
-    /// [`App::start`] over some of the children.
-    async fn start_on(strategy_spec: Value, on: &[usize]) -> App {
+    /// [`App::start`] over some of the children; `dividing`: 6 replicas divided among them
+    /// (Static), else 1 in each.
+    async fn start_on(strategy_spec: Value, on: &[usize], dividing: bool) -> App {
         let env = TestEnv::get();
         env.with_hub();
         env.with_controller();
@@ -194,6 +196,7 @@ impl App {
             subs: Api::namespaced(parent.clone(), &ns.name),
             ns,
             strategy,
+            replicas: if dividing { 6 } else { 1 },
         };
         app.apply("nginx:1.26", None);
         let sub: Subscription = serde_json::from_value(json!({
@@ -206,6 +209,14 @@ impl App {
                                 "namespace": app.appns}]}
         }))
         .expect("a Subscription");
+        let mut sub = sub;
+        if dividing {
+            sub.spec.scheduling_strategy = Some(clusternet::apis::SchedulingStrategy::Dividing);
+            sub.spec.dividing_scheduling =
+                Some(serde_json::from_value(json!({"type": "Static"})).expect("dividing"));
+            // every cluster weighs the same: 2 replicas each
+            sub.spec.subscribers[0].weight = 1;
+        }
         app.subs
             .create(&PostParams::default(), &sub)
             .await
@@ -238,7 +249,7 @@ impl App {
             Some(&format!(
                 "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {}}}\n---\n{}",
                 self.appns,
-                deployment_yaml(&self.appns, image, node_selector)
+                deployment_yaml(&self.appns, image, node_selector, self.replicas)
             )),
         );
         assert!(
@@ -700,6 +711,7 @@ async fn a_newer_change_supersedes_a_rollout_and_a_cluster_joining_mid_rollout_w
             {"name": "three", "clusterSelector": {"matchLabels": {"stage": "three"}}}
         ]}),
         &[1, 2],
+        false,
     )
     .await;
     // revision 2 soaks in child 1; meanwhile child 3 joins: it gets revision 1, the last good one
@@ -782,4 +794,85 @@ async fn a_newer_change_supersedes_a_rollout_and_a_cluster_joining_mid_rollout_w
     let out = app.plugin(&["rollout", "history", "subscription/app"]);
     let said = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(said.contains("\n3 "), "{said}");
+}
+
+/// The replicas each child's Deployment asks for.
+async fn replicas_of(app: &App) -> Vec<i32> {
+    let mut out = Vec::new();
+    for c in &app.children {
+        let d = Api::<Deployment>::namespaced(c.clone(), &app.appns)
+            .get_opt("web")
+            .await
+            .ok()
+            .flatten();
+        out.push(
+            d.and_then(|d| d.spec)
+                .and_then(|s| s.replicas)
+                .unwrap_or(-1),
+        );
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_dividing_subscription_rolls_out_stage_by_stage_keeping_each_clusters_share() {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let app = App::start_on(
+        json!({"stages": [
+            {"name": "one", "clusterSelector": {"matchLabels": {"stage": "one"}},
+             "minSuccessTime": "5s"},
+            {"name": "rest"}
+        ]}),
+        &[1, 2, 3],
+        true,
+    )
+    .await;
+    let shares = wait_for("the replicas divided", Duration::from_secs(60), || async {
+        let r = replicas_of(&app).await;
+        if r.iter().sum::<i32>() == 6 && r.iter().all(|n| *n > 0) {
+            Ok(r)
+        } else {
+            Err(format!("{r:?}"))
+        }
+    })
+    .await;
+    let rec = app.recorder();
+    app.apply("nginx:1.27", None);
+    let r = wait_for(
+        "child 1 alone on revision 2",
+        Duration::from_secs(60),
+        || async {
+            let images = app.images().await;
+            if images == ["nginx:1.27", "nginx:1.26", "nginx:1.26"] {
+                Ok(images)
+            } else {
+                Err(format!("{images:?}"))
+            }
+        },
+    )
+    .await;
+    assert_eq!(replicas_of(&app).await, shares, "shares kept at {r:?}");
+    wait_rollout(
+        &app.subs,
+        "revision 2 rolled out",
+        RolloutPhase::Completed,
+        2,
+        Duration::from_secs(90),
+    )
+    .await;
+    assert_eq!(
+        app.images().await,
+        ["nginx:1.27", "nginx:1.27", "nginx:1.27"]
+    );
+    assert_eq!(
+        replicas_of(&app).await,
+        shares,
+        "each cluster keeps its share"
+    );
+    let child2_first = rec.first(1, "nginx:1.27").expect("child 2 changed");
+    let child1_first = rec.first(0, "nginx:1.27").expect("child 1 changed");
+    assert!(
+        child2_first >= child1_first + Duration::from_secs(5),
+        "the second stage waited for the first one's soak"
+    );
 }
