@@ -236,10 +236,11 @@ async fn every_change_to_what_a_subscription_renders_is_a_numbered_revision() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // undo is a staged rollout's: without a strategy the command says so and changes nothing
     let out = env.plugin(&["rollout", "undo", "subscription/app", "-n", &ns.name]);
     assert!(!out.status.success());
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("not implemented yet"),
+        String::from_utf8_lossy(&out.stderr).contains("has no rollout strategy"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );

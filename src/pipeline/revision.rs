@@ -380,27 +380,70 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         bases: index::bases_by_subscription(&bases),
         rt,
     });
-    Controller::new("revision", &subs)
-        .concurrency(2)
-        // an empty cache that has not listed yet would look like "no revision" or "no feed"
-        .after([
-            manifests.listed(),
-            charts.listed(),
-            locs.listed(),
-            globs.listed(),
-            clusters.listed(),
-            revisions.listed(),
-            bases.listed(),
-        ])
-        .triggered_by(from_manifests)
-        .triggered_by(from_charts)
-        .triggered_by(from_overrides)
-        .triggered_by(from_revisions)
-        .run(stop, move |sub| {
-            let ctx = ctx.clone();
-            async move { reconcile(&ctx, &sub).await }
-        })
-        .await;
+    // a Subscription's own changes matter only when its spec or the namespaces it is bound to
+    // change: the scheduler's, the aggregator's and the rollout's status writes are skipped
+    let seen: std::sync::Mutex<std::collections::HashMap<String, ContentKey>> = Default::default();
+    let own_changes = subs.subscribe().filter_map(move |s| {
+        let key = content_key(&s);
+        let name = format!("{}/{}", s.namespace().unwrap_or_default(), s.name_any());
+        let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+        let changed = seen.get(&name) != Some(&key);
+        if changed {
+            seen.insert(name, key);
+        }
+        futures::future::ready(changed.then(|| ObjectRef::from_obj(s.as_ref())))
+    });
+    Controller::on(
+        "revision",
+        crate::runtime::controller::Source::store(subs.store.clone(), own_changes),
+    )
+    .concurrency(2)
+    // an empty cache that has not listed yet would look like "no revision" or "no feed"
+    .after([
+        manifests.listed(),
+        charts.listed(),
+        locs.listed(),
+        globs.listed(),
+        clusters.listed(),
+        revisions.listed(),
+        bases.listed(),
+    ])
+    .triggered_by(from_manifests)
+    .triggered_by(from_charts)
+    .triggered_by(from_overrides)
+    .triggered_by(from_revisions)
+    .run(stop, move |sub| {
+        let ctx = ctx.clone();
+        async move { reconcile(&ctx, &sub).await }
+    })
+    .await;
+}
+
+/// What of a Subscription itself its revision content depends on: which object it is, its spec
+/// (by generation) and the cluster namespaces it is bound to; being deleted ends its reconciles.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContentKey {
+    uid: String,
+    generation: Option<i64>,
+    namespaces: Vec<String>,
+    deleting: bool,
+}
+
+pub fn content_key(s: &Subscription) -> ContentKey {
+    let mut namespaces: Vec<String> = s
+        .status
+        .iter()
+        .flat_map(|st| st.binding_clusters.iter())
+        .filter_map(|c| c.split_once('/').map(|(ns, _)| ns.to_string()))
+        .collect();
+    namespaces.sort_unstable();
+    namespaces.dedup();
+    ContentKey {
+        uid: s.uid().unwrap_or_default(),
+        generation: s.metadata.generation,
+        namespaces,
+        deleting: s.metadata.deletion_timestamp.is_some(),
+    }
 }
 
 fn existing_of(revisions: &[Arc<ControllerRevision>]) -> Vec<Existing> {
@@ -548,6 +591,35 @@ mod tests {
             hash: hash.into(),
             number,
         }
+    }
+
+    #[test]
+    fn only_a_spec_or_binding_change_of_the_subscription_itself_is_looked_at() {
+        let sub = |generation: i64, status: Value| -> Subscription {
+            serde_json::from_value(json!({
+                "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Subscription",
+                "metadata": {"name": "app", "namespace": "ns", "uid": "u1",
+                    "generation": generation},
+                "spec": {"subscribers": [], "feeds": []}, "status": status}))
+            .expect("a Subscription")
+        };
+        let bound = json!({"bindingClusters": ["c1/a", "c2/b"]});
+        let base = content_key(&sub(1, bound.clone()));
+        let mut rolled = bound.clone();
+        rolled["rollout"] = json!({"revision": "app-1", "revisionNumber": 1,
+            "phase": "Completed", "stage": 0});
+        rolled["desiredReleases"] = json!(2);
+        assert_eq!(
+            content_key(&sub(1, rolled)),
+            base,
+            "status writes of others"
+        );
+        assert_ne!(content_key(&sub(2, bound)), base, "a spec change");
+        assert_ne!(
+            content_key(&sub(1, json!({"bindingClusters": ["c1/a"]}))),
+            base,
+            "a binding change"
+        );
     }
 
     #[test]
