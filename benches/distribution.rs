@@ -20,18 +20,6 @@ use support::{Cluster, TestEnv, TestNamespace, percentile, register, uid};
 
 const SUBSCRIPTIONS: usize = 100;
 
-fn manifest(ns: &str, name: &str, value: &str) -> Manifest {
-    serde_json::from_value(json!({
-        "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Manifest",
-        "metadata": {"name": format!("configmaps.{ns}.{name}"), "namespace": "clusternet-reserved", "labels": {
-            "apps.clusternet.io/config.group": "", "apps.clusternet.io/config.version": "v1",
-            "apps.clusternet.io/config.kind": "ConfigMap", "apps.clusternet.io/config.name": name,
-            "apps.clusternet.io/config.namespace": ns}},
-        "template": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns}, "data": {"v": value}}
-    }))
-    .expect("a Manifest")
-}
-
 async fn run(
     env: &TestEnv,
     mode: &str,
@@ -51,7 +39,10 @@ async fn run(
     for i in 0..SUBSCRIPTIONS {
         let name = format!("cm{i}");
         manifests
-            .create(&PostParams::default(), &manifest(&appns, &name, "1"))
+            .create(
+                &PostParams::default(),
+                &support::configmap_manifest(&appns, &name, "1"),
+            )
             .await
             .expect("Manifest");
         let sub: Subscription = serde_json::from_value(json!({"apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Subscription",

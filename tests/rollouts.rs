@@ -432,6 +432,27 @@ async fn a_change_moves_stage_by_stage_and_a_bad_one_rolls_back_on_its_own() {
         events.iter().any(|m| m.contains("stage 1 (one) failed")),
         "an Event says why: {events:?}"
     );
+    let cond = wait_for(
+        "the RolloutComplete condition",
+        Duration::from_secs(30),
+        || async {
+            let sub = subs.get("app").await.map_err(|e| e.to_string())?;
+            sub.status
+                .and_then(|s| {
+                    s.conditions
+                        .into_iter()
+                        .find(|c| c.type_ == "RolloutComplete" && c.reason == "RolledBack")
+                })
+                .ok_or_else(|| "not RolledBack yet".to_string())
+        },
+    )
+    .await;
+    assert_eq!(cond.status, "False");
+    assert!(
+        cond.message.contains("stage 1 (one) failed"),
+        "a condition says why: {}",
+        cond.message
+    );
     drop(rec);
 
     // stage two now waits for an approval: revision 4 stops after stage one

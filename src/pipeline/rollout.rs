@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -32,6 +32,7 @@ use tracing::info;
 
 use super::metricgate::{self, GateResult};
 use super::{index, revision};
+use crate::apis::CONDITION_ROLLOUT_COMPLETE;
 use crate::apis::known;
 use crate::apis::{
     Description, DescriptionPhase, ManagedCluster, OnFailure, RolloutApproval, RolloutPhase,
@@ -819,14 +820,83 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         .await;
 }
 
+/// The `RolloutComplete` condition `rollout` calls for, keeping `previous`'s transition time
+/// when its status stays.
+pub fn rollout_condition(
+    rollout: &RolloutStatus,
+    previous: Option<&Condition>,
+    now: Timestamp,
+) -> Condition {
+    let waiting_approval = rollout
+        .stages
+        .get(usize::try_from(rollout.stage).unwrap_or(0))
+        .is_some_and(|s| s.phase == StagePhase::WaitingForApproval);
+    let (status, reason) = match rollout.phase {
+        RolloutPhase::Completed => ("True", "Completed"),
+        RolloutPhase::RolledBack => ("False", "RolledBack"),
+        RolloutPhase::Paused => ("False", "Paused"),
+        RolloutPhase::Progressing if rollout.paused_at.is_some() => ("False", "PausedByUser"),
+        RolloutPhase::Progressing if waiting_approval => ("False", "WaitingForApproval"),
+        RolloutPhase::Progressing => ("False", "Progressing"),
+    };
+    let message = format!("revision {}: {}", rollout.revision_number, rollout.message);
+    let last_transition_time = previous
+        .filter(|p| p.status == status)
+        .map(|p| p.last_transition_time.clone())
+        .unwrap_or(Time(now));
+    Condition {
+        type_: CONDITION_ROLLOUT_COMPLETE.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message,
+        last_transition_time,
+        observed_generation: None,
+    }
+}
+
+/// `status.conditions` with `condition` in place of its type's (the list is atomic in the CRD:
+/// the aggregator's conditions are carried over as they are, as it carries this one over), or
+/// `None` when it is already there as it is.
+fn conditions_with(sub: &Subscription, condition: Option<Condition>) -> Option<Vec<Condition>> {
+    let current: Vec<Condition> = sub
+        .status
+        .as_ref()
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let mine = current
+        .iter()
+        .find(|c| c.type_ == CONDITION_ROLLOUT_COMPLETE);
+    let same = match (&condition, mine) {
+        (None, None) => true,
+        (Some(c), Some(m)) => {
+            c.status == m.status && c.reason == m.reason && c.message == m.message
+        }
+        _ => false,
+    };
+    if same {
+        return None;
+    }
+    let mut out: Vec<Condition> = current
+        .into_iter()
+        .filter(|c| c.type_ != CONDITION_ROLLOUT_COMPLETE)
+        .collect();
+    out.extend(condition);
+    Some(out)
+}
+
 async fn write(
     ctx: &Ctx,
     sub: &Subscription,
     rollout: Option<&RolloutStatus>,
+    conditions: Option<Vec<Condition>>,
 ) -> Result<(), RolloutError> {
     let api: Api<Subscription> =
         Api::namespaced(ctx.rt.client.clone(), &sub.namespace().unwrap_or_default());
-    let body = apply::status_body(sub, json!({ "rollout": rollout }));
+    let mut status = json!({ "rollout": rollout });
+    if let Some(c) = conditions {
+        status["conditions"] = json!(c);
+    }
+    let body = apply::status_body(sub, status);
     apply::apply_status(&api, FIELD_MANAGER, &sub.name_any(), &body)
         .await
         .map_err(ApiFailure::about(sub, "writing status.rollout"))?;
@@ -879,8 +949,9 @@ async fn reconcile(ctx: &Ctx, sub: &Subscription) -> Result<Action, RolloutError
     let current = sub.status.as_ref().and_then(|s| s.rollout.as_deref());
     let Some(strategy_name) = &sub.spec.rollout_strategy_name else {
         // the strategy was taken away: its status goes (the Bases' pins go with it)
-        if current.is_some() {
-            write(ctx, sub, None).await?;
+        let conditions = conditions_with(sub, None);
+        if current.is_some() || conditions.is_some() {
+            write(ctx, sub, None, conditions).await?;
         }
         return Ok(Action::await_change());
     };
@@ -987,8 +1058,21 @@ async fn reconcile(ctx: &Ctx, sub: &Subscription) -> Result<Action, RolloutError
             ctx.events.normal(sub, t.reason, &t.message);
         }
     }
-    if current != Some(&decision.status) {
-        write(ctx, sub, Some(&decision.status)).await?;
+    let previous = sub.status.as_ref().and_then(|s| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == CONDITION_ROLLOUT_COMPLETE)
+    });
+    let conditions = conditions_with(
+        sub,
+        Some(rollout_condition(
+            &decision.status,
+            previous,
+            Timestamp::now(),
+        )),
+    );
+    if current != Some(&decision.status) || conditions.is_some() {
+        write(ctx, sub, Some(&decision.status), conditions).await?;
     }
     Ok(match decision.recheck {
         Some(d) => Action::requeue(d),
@@ -1321,6 +1405,34 @@ mod tests {
             "{}",
             bad.status.message
         );
+    }
+
+    #[test]
+    fn the_rollout_complete_condition_says_where_it_is_and_keeps_its_transition_time() {
+        let r = rules(&[("one", &["c1/a"])], 0, 60);
+        let stuck = |_: &str| ClusterState::Changing("available: 0/1".into());
+        let first = decide_at(None, ("s-1", 1), &r, &stuck, 0).status;
+        let done = rollout_condition(&first, None, at(0));
+        assert_eq!(
+            (done.status.as_str(), done.reason.as_str()),
+            ("True", "Completed")
+        );
+        let going = decide_at(Some(&first), ("s-2", 2), &r, &stuck, 1).status;
+        let c = rollout_condition(&going, Some(&done), at(1));
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", "Progressing")
+        );
+        assert_eq!(c.last_transition_time, Time(at(1)));
+        let back = decide_at(Some(&going), ("s-2", 2), &r, &stuck, 70).status;
+        let c2 = rollout_condition(&back, Some(&c), at(70));
+        assert_eq!(c2.reason, "RolledBack");
+        assert!(
+            c2.message.starts_with("revision 2: stage 1 (one) failed"),
+            "{}",
+            c2.message
+        );
+        assert_eq!(c2.last_transition_time, Time(at(1)), "still False");
     }
 
     #[test]

@@ -2422,3 +2422,17 @@ impl Prometheus {
         p
     }
 }
+
+/// The Manifest the shadow API stores for ConfigMap `ns/name` with `data: {v: value}` (the
+/// benches' workload).
+pub fn configmap_manifest(ns: &str, name: &str, value: &str) -> clusternet::apis::Manifest {
+    serde_json::from_value(json!({
+        "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Manifest",
+        "metadata": {"name": format!("configmaps.{ns}.{name}"), "namespace": "clusternet-reserved", "labels": {
+            "apps.clusternet.io/config.group": "", "apps.clusternet.io/config.version": "v1",
+            "apps.clusternet.io/config.kind": "ConfigMap", "apps.clusternet.io/config.name": name,
+            "apps.clusternet.io/config.namespace": ns}},
+        "template": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns}, "data": {"v": value}}
+    }))
+    .expect("a Manifest")
+}

@@ -376,6 +376,11 @@ pub struct DroppedClusters {
 /// Condition type on a Subscription: every feed was found and is of a kind this build deploys.
 pub const CONDITION_FEEDS_RESOLVED: &str = "FeedsResolved";
 
+/// Condition type (beyond upstream, with a RolloutStrategy): `True` once the newest revision is
+/// rolled out everywhere; `False` while it rolls out (reason `Progressing`, `WaitingForApproval`,
+/// `PausedByUser`) or after a failed stage (`RolledBack`, `Paused`), with the rollout's message.
+pub const CONDITION_ROLLOUT_COMPLETE: &str = "RolloutComplete";
+
 /// Aggregated status of one feed across the binding clusters.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
