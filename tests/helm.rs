@@ -393,10 +393,16 @@ async fn charts_from_a_repository_and_a_registry_are_released_in_every_pull_chil
                 .iter()
                 .find(|c| c.type_ == "FeedsResolved")
                 .ok_or("no FeedsResolved yet")?;
+            // kstatus: Failed (Stalled) for the same reason
+            let stalled = st
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Stalled" && c.reason == "HelmChartNotFound");
             if cond.status == "False"
                 && cond.reason == "HelmChartNotFound"
                 && cond.message.contains("9.9.9")
                 && st.aggregated_statuses.len() == 3
+                && stalled
             {
                 Ok(st)
             } else {
@@ -436,10 +442,15 @@ async fn charts_from_a_repository_and_a_registry_are_released_in_every_pull_chil
                         && a.feed_status_details.len() == 2
                 })
             };
-            if ok("web") && ok("oci") {
+            // and kstatus's Ready: both releases deployed in both children
+            let ready = st
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            if ok("web") && ok("oci") && ready {
                 Ok(())
             } else {
-                Err(format!("{:?}", st.aggregated_statuses))
+                Err(format!("{:?} {:?}", st.aggregated_statuses, st.conditions))
             }
         },
     )

@@ -17,26 +17,6 @@ use serde_json::{Value, json};
 use support::browser::{Dashboard, LivePage};
 use support::{TestEnv, TestNamespace, register, uid, wait_for};
 
-fn deployment_yaml(ns: &str, image: &str, node_selector: Option<&str>, replicas: i32) -> String {
-    let selector = node_selector
-        .map(|s| format!("      nodeSelector: {{{s}}}\n"))
-        .unwrap_or_default();
-    format!(
-        "apiVersion: apps/v1
-kind: Deployment
-metadata: {{name: web, namespace: {ns}, labels: {{app: web}}}}
-spec:
-  replicas: {replicas}
-  selector: {{matchLabels: {{app: web}}}}
-  template:
-    metadata: {{labels: {{app: web}}}}
-    spec:
-{selector}      containers:
-      - {{name: web, image: \"{image}\"}}
-"
-    )
-}
-
 /// What a child runs: the Deployment's pod template, as JSON (None while it has none).
 async fn template(child: &kube::Client, ns: &str) -> Option<Value> {
     let d = Api::<Deployment>::namespaced(child.clone(), ns)
@@ -249,7 +229,13 @@ impl App {
             Some(&format!(
                 "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {}}}\n---\n{}",
                 self.appns,
-                deployment_yaml(&self.appns, image, node_selector, self.replicas)
+                support::web_deployment_yaml(
+                    &self.appns,
+                    image,
+                    node_selector,
+                    self.replicas,
+                    None
+                )
             )),
         );
         assert!(
@@ -453,6 +439,32 @@ async fn a_change_moves_stage_by_stage_and_a_bad_one_rolls_back_on_its_own() {
         "a condition says why: {}",
         cond.message
     );
+    // kstatus's view: Stalled (Failed) for the same reason, not Ready
+    let kstatus = |want: &'static str, reason: &'static str| {
+        let subs = subs.clone();
+        async move {
+            wait_for(
+                &format!("{want} ({reason})"),
+                Duration::from_secs(30),
+                || async {
+                    let sub = subs.get("app").await.map_err(|e| e.to_string())?;
+                    let cs = sub.status.map(|s| s.conditions).unwrap_or_default();
+                    let ready = cs.iter().find(|c| c.type_ == "Ready");
+                    let it = cs.iter().find(|c| c.type_ == want);
+                    match (ready, it) {
+                        (Some(r), Some(c))
+                            if r.status == "False" && c.status == "True" && c.reason == reason =>
+                        {
+                            Ok(())
+                        }
+                        _ => Err(format!("{cs:?}")),
+                    }
+                },
+            )
+            .await
+        }
+    };
+    kstatus("Stalled", "RolledBack").await;
     drop(rec);
 
     // stage two now waits for an approval: revision 4 stops after stage one
@@ -483,6 +495,7 @@ async fn a_change_moves_stage_by_stage_and_a_bad_one_rolls_back_on_its_own() {
         }
     };
     waiting(4).await;
+    kstatus("Reconciling", "WaitingForApproval").await;
     assert_eq!(
         images(children).await,
         ["nginx:1.29", "nginx:1.27", "nginx:1.27"],
@@ -700,6 +713,8 @@ async fn a_metric_gate_that_goes_bad_during_the_soak_rolls_back_and_a_good_one_c
 
     // the errors are gone: a restart rolls revision 2 out to the end
     exporter.set(&error_ratios(&names, None));
+    // once Prometheus has scraped it (a restart asks at once)
+    prometheus.wait_value("max(app_error_ratio)", 0.0).await;
     let out = app.plugin(&["rollout", "restart", "subscription/app"]);
     assert!(
         out.status.success(),

@@ -2,6 +2,7 @@
 //! name suffixes, untyped object references, strategic and JSON merge patches, a growth bound for
 //! JSON patches, YAML I/O, and the metadata of Kubernetes protobuf bodies.
 
+pub mod condition;
 pub mod health;
 pub mod labels;
 pub mod merge_patch;

@@ -12,6 +12,7 @@ pub mod index;
 pub mod metricgate;
 pub mod overrides;
 pub mod preview;
+pub mod readiness;
 pub mod revision;
 pub mod rollout;
 pub mod status;

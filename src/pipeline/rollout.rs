@@ -193,8 +193,8 @@ pub enum ClusterState {
 }
 
 /// The state of a cluster from its Descriptions of the Subscription (`revision` is the one
-/// being rolled out).
-pub fn cluster_state(descriptions: &[Arc<Description>], revision: &str) -> ClusterState {
+/// being rolled out; `None`: whatever they carry, for a Subscription without a strategy).
+pub fn cluster_state(descriptions: &[Arc<Description>], revision: Option<&str>) -> ClusterState {
     let live: Vec<&Arc<Description>> = descriptions
         .iter()
         .filter(|d| d.metadata.deletion_timestamp.is_none())
@@ -204,10 +204,11 @@ pub fn cluster_state(descriptions: &[Arc<Description>], revision: &str) -> Clust
     }
     for d in live {
         let name = d.name_any();
-        if d.annotations()
-            .get(known::REVISION_ANNOTATION)
-            .map(String::as_str)
-            != Some(revision)
+        if revision.is_some()
+            && d.annotations()
+                .get(known::REVISION_ANNOTATION)
+                .map(String::as_str)
+                != revision
         {
             return ClusterState::Changing(format!("Description {name} is not rendered yet"));
         }
@@ -840,62 +841,49 @@ pub fn rollout_condition(
         RolloutPhase::Progressing => ("False", "Progressing"),
     };
     let message = format!("revision {}: {}", rollout.revision_number, rollout.message);
-    let last_transition_time = previous
-        .filter(|p| p.status == status)
-        .map(|p| p.last_transition_time.clone())
-        .unwrap_or(Time(now));
-    Condition {
-        type_: CONDITION_ROLLOUT_COMPLETE.into(),
-        status: status.into(),
-        reason: reason.into(),
-        message,
-        last_transition_time,
-        observed_generation: None,
-    }
+    crate::kube_ext::condition::condition(
+        crate::kube_ext::condition::Said {
+            type_: CONDITION_ROLLOUT_COMPLETE,
+            status,
+            reason,
+            message: &message,
+            observed_generation: None,
+        },
+        previous.map(std::slice::from_ref).unwrap_or_default(),
+        now,
+    )
 }
 
-/// `status.conditions` with `condition` in place of its type's (the list is atomic in the CRD:
-/// the aggregator's conditions are carried over as they are, as it carries this one over), or
-/// `None` when it is already there as it is.
-fn conditions_with(sub: &Subscription, condition: Option<Condition>) -> Option<Vec<Condition>> {
-    let current: Vec<Condition> = sub
-        .status
-        .as_ref()
-        .map(|s| s.conditions.clone())
-        .unwrap_or_default();
-    let mine = current
-        .iter()
-        .find(|c| c.type_ == CONDITION_ROLLOUT_COMPLETE);
-    let same = match (&condition, mine) {
-        (None, None) => true,
+/// Whether `condition` (this controller's only one; `None`: none) differs from what the
+/// Subscription shows. `status.conditions` is a map list keyed by type, so each controller's
+/// apply owns its own entries and leaves the aggregator's alone.
+fn condition_changed(sub: &Subscription, condition: Option<&Condition>) -> bool {
+    let mine = sub.status.as_ref().and_then(|s| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == CONDITION_ROLLOUT_COMPLETE)
+    });
+    match (condition, mine) {
+        (None, None) => false,
         (Some(c), Some(m)) => {
-            c.status == m.status && c.reason == m.reason && c.message == m.message
+            c.status != m.status || c.reason != m.reason || c.message != m.message
         }
-        _ => false,
-    };
-    if same {
-        return None;
+        _ => true,
     }
-    let mut out: Vec<Condition> = current
-        .into_iter()
-        .filter(|c| c.type_ != CONDITION_ROLLOUT_COMPLETE)
-        .collect();
-    out.extend(condition);
-    Some(out)
 }
 
+/// Applies `status.rollout` and this controller's condition: every apply says both, since a
+/// server-side apply removes what its manager owned and no longer says.
 async fn write(
     ctx: &Ctx,
     sub: &Subscription,
     rollout: Option<&RolloutStatus>,
-    conditions: Option<Vec<Condition>>,
+    condition: Option<&Condition>,
 ) -> Result<(), RolloutError> {
     let api: Api<Subscription> =
         Api::namespaced(ctx.rt.client.clone(), &sub.namespace().unwrap_or_default());
-    let mut status = json!({ "rollout": rollout });
-    if let Some(c) = conditions {
-        status["conditions"] = json!(c);
-    }
+    let status =
+        json!({ "rollout": rollout, "conditions": condition.into_iter().collect::<Vec<_>>() });
     let body = apply::status_body(sub, status);
     apply::apply_status(&api, FIELD_MANAGER, &sub.name_any(), &body)
         .await
@@ -949,9 +937,8 @@ async fn reconcile(ctx: &Ctx, sub: &Subscription) -> Result<Action, RolloutError
     let current = sub.status.as_ref().and_then(|s| s.rollout.as_deref());
     let Some(strategy_name) = &sub.spec.rollout_strategy_name else {
         // the strategy was taken away: its status goes (the Bases' pins go with it)
-        let conditions = conditions_with(sub, None);
-        if current.is_some() || conditions.is_some() {
-            write(ctx, sub, None, conditions).await?;
+        if current.is_some() || condition_changed(sub, None) {
+            write(ctx, sub, None, None).await?;
         }
         return Ok(Action::await_change());
     };
@@ -1009,7 +996,7 @@ async fn reconcile(ctx: &Ctx, sub: &Subscription) -> Result<Action, RolloutError
             .filter(|d| d.namespace().as_deref() == Some(cns))
             .cloned()
             .collect();
-        cluster_state(&here, &target)
+        cluster_state(&here, Some(&target))
     };
     // the metric gates of the stage under way are asked now; a stage just started is asked on
     // the next look (GATE_INTERVAL)
@@ -1063,16 +1050,9 @@ async fn reconcile(ctx: &Ctx, sub: &Subscription) -> Result<Action, RolloutError
             .iter()
             .find(|c| c.type_ == CONDITION_ROLLOUT_COMPLETE)
     });
-    let conditions = conditions_with(
-        sub,
-        Some(rollout_condition(
-            &decision.status,
-            previous,
-            Timestamp::now(),
-        )),
-    );
-    if current != Some(&decision.status) || conditions.is_some() {
-        write(ctx, sub, Some(&decision.status), conditions).await?;
+    let condition = rollout_condition(&decision.status, previous, Timestamp::now());
+    if current != Some(&decision.status) || condition_changed(sub, Some(&condition)) {
+        write(ctx, sub, Some(&decision.status), Some(&condition)).await?;
     }
     Ok(match decision.recheck {
         Some(d) => Action::requeue(d),
@@ -1490,27 +1470,27 @@ mod tests {
             Arc::new(d)
         };
         assert_eq!(
-            cluster_state(&[desc("s-2", 2, 2, HealthStatus::Current)], "s-2"),
+            cluster_state(&[desc("s-2", 2, 2, HealthStatus::Current)], Some("s-2")),
             ClusterState::Healthy
         );
         assert!(matches!(
-            cluster_state(&[desc("s-1", 2, 2, HealthStatus::Current)], "s-2"),
+            cluster_state(&[desc("s-1", 2, 2, HealthStatus::Current)], Some("s-2")),
             ClusterState::Changing(_)
         ));
         assert!(matches!(
-            cluster_state(&[desc("s-2", 3, 2, HealthStatus::Current)], "s-2"),
+            cluster_state(&[desc("s-2", 3, 2, HealthStatus::Current)], Some("s-2")),
             ClusterState::Changing(_)
         ));
         assert!(matches!(
-            cluster_state(&[desc("s-2", 2, 2, HealthStatus::InProgress)], "s-2"),
+            cluster_state(&[desc("s-2", 2, 2, HealthStatus::InProgress)], Some("s-2")),
             ClusterState::Changing(_)
         ));
         assert!(matches!(
-            cluster_state(&[desc("s-2", 2, 2, HealthStatus::Failed)], "s-2"),
+            cluster_state(&[desc("s-2", 2, 2, HealthStatus::Failed)], Some("s-2")),
             ClusterState::Failed(_)
         ));
         assert!(matches!(
-            cluster_state(&[], "s-2"),
+            cluster_state(&[], Some("s-2")),
             ClusterState::Changing(_)
         ));
     }

@@ -15,7 +15,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::{feeds, index};
+use super::{feeds, index, readiness};
 use crate::apis::known;
 use crate::apis::{
     AggregatedStatus, CONDITION_FEEDS_RESOLVED, Description, Feed, FeedStatus,
@@ -29,7 +29,7 @@ use crate::runtime::{Runtime, apply};
 
 /// The field manager of `status.aggregatedStatuses` and `status.conditions`.
 pub const FIELD_MANAGER: &str = "clusternet/controller/aggregatestatus";
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 
 #[derive(Debug, thiserror::Error)]
@@ -250,19 +250,17 @@ pub fn feeds_resolved_condition(
                 .join("; "),
         ),
     };
-    let since = previous
-        .iter()
-        .find(|c| c.type_ == CONDITION_FEEDS_RESOLVED && c.status == status)
-        .map(|c| c.last_transition_time.clone())
-        .unwrap_or(Time(now));
-    Condition {
-        type_: CONDITION_FEEDS_RESOLVED.to_string(),
-        status: status.to_string(),
-        reason,
-        message,
-        last_transition_time: since,
-        observed_generation: None,
-    }
+    crate::kube_ext::condition::condition(
+        crate::kube_ext::condition::Said {
+            type_: CONDITION_FEEDS_RESOLVED,
+            status,
+            reason: &reason,
+            message: &message,
+            observed_generation: None,
+        },
+        previous,
+        now,
+    )
 }
 
 /// Per feed of `sub`, the state of its object in every binding cluster (in `bindingClusters`
@@ -388,14 +386,18 @@ pub struct StatusPlan {
     pub update: Option<OwnedStatus>,
     /// A Warning event to record (FeedsResolved turned False, or its message changed).
     pub warning: Option<(String, String)>,
+    /// Whether the Subscription is Ready (one that is not is looked at again sooner).
+    pub ready: bool,
 }
 
-/// `status.aggregatedStatuses` and `status.conditions` (the whole list: it is atomic in the CRD,
-/// so an apply owns all of it; the other conditions are carried over as they are).
+/// `status.aggregatedStatuses`, `status.observedGeneration` and this controller's conditions
+/// (`FeedsResolved`, `Ready`, `Reconciling`, `Stalled`: the list is a map keyed by type, so the
+/// rollout controller's `RolloutComplete` is its own).
 #[derive(Debug, Default, PartialEq)]
 pub struct OwnedStatus {
     pub aggregated_statuses: Vec<AggregatedStatus>,
     pub conditions: Vec<Condition>,
+    pub observed_generation: Option<i64>,
 }
 
 /// The aggregated status of `sub` from what the cache holds.
@@ -438,19 +440,40 @@ pub fn plan_status(
     let warning = (condition.status == "False"
         && previous.is_none_or(|p| p.status != condition.status || p.message != condition.message))
     .then(|| (condition.reason.clone(), condition.message.clone()));
-    let mut conditions: Vec<Condition> = status
+    let verdict = readiness::verdict(sub, clusters, descriptions, &condition);
+    let generation = sub.metadata.generation;
+    let mut conditions = vec![condition];
+    conditions.extend(readiness::conditions(
+        &verdict,
+        generation,
+        &status.conditions,
+        now,
+    ));
+    // the list is a map keyed by type: only this controller's types are compared (and applied)
+    let mut had: Vec<&Condition> = status
         .conditions
         .iter()
-        .filter(|c| c.type_ != CONDITION_FEEDS_RESOLVED)
-        .cloned()
+        .filter(|c| {
+            c.type_ == CONDITION_FEEDS_RESOLVED || readiness::TYPES.contains(&c.type_.as_str())
+        })
         .collect();
-    conditions.push(condition);
-    let update = (aggregated != status.aggregated_statuses || conditions != status.conditions)
+    had.sort_by(|a, b| a.type_.cmp(&b.type_));
+    let mut want: Vec<&Condition> = conditions.iter().collect();
+    want.sort_by(|a, b| a.type_.cmp(&b.type_));
+    let update = (aggregated != status.aggregated_statuses
+        || had != want
+        || status.observed_generation != generation)
         .then_some(OwnedStatus {
             aggregated_statuses: aggregated,
             conditions,
+            observed_generation: generation,
         });
-    StatusPlan { update, warning }
+    let ready = matches!(verdict, readiness::Verdict::Ready(_));
+    StatusPlan {
+        update,
+        warning,
+        ready,
+    }
 }
 
 /// The drift records of `sub`'s Descriptions detected in the last [`DRIFT_NEWS`]: key, reason
@@ -542,8 +565,11 @@ async fn reconcile(ctx: &Ctx, sub: Arc<Subscription>) -> Result<Action, Aggregat
         ctx.events.warn(sub.as_ref(), reason, message);
     }
     tell_drift(ctx, &sub, &descriptions);
+    // a Subscription that is not Ready yet is looked at sooner: a child's object becoming
+    // healthy changes its Description, but a cluster coming back does not
+    let again = recheck(Duration::from_secs(if plan.ready { 300 } else { 30 }));
     let Some(owned) = plan.update else {
-        return Ok(recheck(Duration::from_secs(300)));
+        return Ok(again);
     };
     let ns = sub.namespace().unwrap_or_default();
     let api: Api<Subscription> = Api::namespaced(ctx.rt.client.clone(), &ns);
@@ -552,6 +578,7 @@ async fn reconcile(ctx: &Ctx, sub: Arc<Subscription>) -> Result<Action, Aggregat
         json!({
             "aggregatedStatuses": owned.aggregated_statuses,
             "conditions": owned.conditions,
+            "observedGeneration": owned.observed_generation,
         }),
     );
     apply::apply_status(&api, FIELD_MANAGER, &sub.name_any(), &body)
@@ -560,7 +587,7 @@ async fn reconcile(ctx: &Ctx, sub: Arc<Subscription>) -> Result<Action, Aggregat
             sub.as_ref(),
             "writing its aggregated status",
         ))?;
-    Ok(recheck(Duration::from_secs(300)))
+    Ok(again)
 }
 
 #[cfg(test)]
@@ -644,13 +671,14 @@ mod tests {
             owned.aggregated_statuses[0].feed_status_details[0].cluster_id,
             "id-a"
         );
-        // the other conditions are carried over, FeedsResolved added
+        // only its own conditions (the list is a map: "Other" is another controller's)
         let types: Vec<&str> = owned.conditions.iter().map(|c| c.type_.as_str()).collect();
-        assert_eq!(types, ["Other", CONDITION_FEEDS_RESOLVED]);
-        // as written: nothing to do, even at another time
+        assert_eq!(types, [CONDITION_FEEDS_RESOLVED, "Ready", "Reconciling"]);
+        // as written (beside the other one): nothing to do, even at another time
         let st = s.status.get_or_insert_with(Default::default);
         st.aggregated_statuses = owned.aggregated_statuses;
-        st.conditions = owned.conditions;
+        st.conditions.extend(owned.conditions);
+        st.observed_generation = owned.observed_generation;
         assert_eq!(
             plan(&s, &[description(2)], &[manifest()]),
             StatusPlan::default()
@@ -673,11 +701,15 @@ mod tests {
         assert!(
             !agg.feed_status_summary.available && !agg.feed_status_details[0].feed_status.available
         );
-        let fr = owned.conditions.last().expect("FeedsResolved");
+        let fr = owned.conditions.first().expect("FeedsResolved");
         assert_eq!(fr.status, "False");
+        // kstatus: Stalled, for the same reason
+        let stalled = owned.conditions.iter().find(|c| c.type_ == "Stalled");
+        assert_eq!(stalled.map(|c| c.reason.as_str()), Some("FeedNotFound"));
         let st = s.status.get_or_insert_with(Default::default);
         st.aggregated_statuses = owned.aggregated_statuses;
         st.conditions = owned.conditions;
+        st.observed_generation = owned.observed_generation;
         // still missing: no second warning, no write
         assert_eq!(plan(&s, &[description(2)], &[]), StatusPlan::default());
     }

@@ -3,7 +3,7 @@
 # kube-apiserver, kube-controller-manager, kube-scheduler, kubectl (k8s.io/kubernetes), etcd, kwok, helm and
 # the CNCF distribution registry (an OCI registry for the Helm tests), all from the Go module proxy, and
 # Cluster API's CRDs (downloaded with the sigs.k8s.io/cluster-api module, for the discovery test),
-# krew (the plugin's install test), promtool (checks the alerting rules) and prometheus (the server rollout metric gates ask in tests). Nothing here is ever committed; the cache lives outside the work tree,
+# krew (the plugin's install test), kstatus and luahealth (tests/env/tools), promtool (checks the alerting rules) and prometheus (the server rollout metric gates ask in tests). Nothing here is ever committed; the cache lives outside the work tree,
 # keyed by version, and a warm run only checks the version stamps.
 #
 # Why a wrapper module: k8s.io/kubernetes and etcd's server module carry replace directives, which
@@ -19,6 +19,8 @@ REGISTRY_VERSION=${REGISTRY_VERSION:-3.0.0}
 CAPI_VERSION=${CAPI_VERSION:-1.11.0}
 KREW_VERSION=${KREW_VERSION:-0.4.3}
 PROMETHEUS_VERSION=${PROMETHEUS_VERSION:-0.316.0}
+CLI_UTILS_VERSION=${CLI_UTILS_VERSION:-0.37.2}
+GOPHER_LUA_VERSION=${GOPHER_LUA_VERSION:-1.1.2}
 CACHE=${CLUSTERNET_CACHE:-$HOME/.cache/clusternet}
 OUT=${CLUSTERNET_K8S_BIN:-$CACHE/k8s-v$KUBE_VERSION}
 BUILD=$CACHE/build
@@ -102,6 +104,31 @@ build_prom() {
   echo "v$PROMETHEUS_VERSION" > "$OUT/$1.version"
 }
 
+# Two small commands the tests judge our objects with, as their consumers do; their sources are
+# tests/env/tools/NAME/main.go, and the version each reports carries its source's hash, so an edit
+# rebuilds it:
+# - kstatus: sigs.k8s.io/cli-utils' status library (what Flux's health checks run);
+# - luahealth: Argo CD health scripts (deploy/argocd) run by gopher-lua, the interpreter Argo CD
+#   embeds, in Argo CD's sandbox.
+TOOLS=$(cd "$(dirname "${BASH_SOURCE[0]}")/tools" && pwd)
+tool_stamp() { echo "v$2-$(sha256sum < "$TOOLS/$1/main.go" | cut -c1-12)"; }
+KSTATUS_STAMP=$(tool_stamp kstatus "$CLI_UTILS_VERSION")
+LUAHEALTH_STAMP=$(tool_stamp luahealth "$GOPHER_LUA_VERSION")
+build_tool() { # name stamp modules...
+  local name=$1 stamp=$2 w=$BUILD/$1; shift 2
+  rm -rf "$w"; mkdir -p "$w"; cd "$w"
+  cp "$TOOLS/$name/main.go" .
+  go mod init "localbuild/$name" >/dev/null 2>&1
+  go get "$@"
+  go mod tidy
+  go build -trimpath -ldflags "-s -w -X main.version=$stamp" -o "$OUT/$name" .
+}
+build_kstatus() { build_tool kstatus "$KSTATUS_STAMP" "sigs.k8s.io/cli-utils@v$CLI_UTILS_VERSION"; }
+build_luahealth() {
+  build_tool luahealth "$LUAHEALTH_STAMP" "github.com/yuin/gopher-lua@v$GOPHER_LUA_VERSION" \
+    "sigs.k8s.io/cli-utils@v$CLI_UTILS_VERSION"
+}
+
 build_helm() {
   local minor; minor=$(echo "$KUBE_VERSION" | cut -d. -f2)
   GOBIN=$OUT go install -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION \
@@ -147,6 +174,8 @@ BUILDER=kwok step kwok "$KWOK_VERSION" --version
 BUILDER=helm step helm "v$HELM_VERSION" version --short
 BUILDER=registry step registry "v$REGISTRY_VERSION" --version
 BUILDER=krew step krew "v$KREW_VERSION" version
+BUILDER=kstatus step kstatus "$KSTATUS_STAMP" --version
+BUILDER=luahealth step luahealth "$LUAHEALTH_STAMP" --version
 for p in promtool prometheus; do
   if [ -x "$OUT/$p" ] && [ "$(cat "$OUT/$p.version" 2>/dev/null)" = "v$PROMETHEUS_VERSION" ]; then
     log "$p ok (v$PROMETHEUS_VERSION)"; continue

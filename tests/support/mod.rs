@@ -109,16 +109,7 @@ impl TestEnv {
 
     /// The cached binaries (kubectl, helm, ...) of the environment.
     pub fn bin(&self, name: &str) -> PathBuf {
-        let out = Command::new("bash")
-            .arg(repo_root().join("tests/env/k8s-bin.sh"))
-            .output()
-            .expect("running tests/env/k8s-bin.sh");
-        let dir = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .last()
-            .unwrap_or_default()
-            .to_string();
-        PathBuf::from(dir).join(name)
+        cached_bin(name)
     }
 
     pub async fn parent(&self) -> kube::Client {
@@ -128,6 +119,52 @@ impl TestEnv {
     pub async fn child(&self, i: usize) -> kube::Client {
         client_from(&self.child_kubeconfig(i)).await
     }
+}
+
+/// A binary tests/env/k8s-bin.sh builds and caches (no test environment needed).
+pub fn cached_bin(name: &str) -> PathBuf {
+    let out = Command::new("bash")
+        .arg(repo_root().join("tests/env/k8s-bin.sh"))
+        .output()
+        .expect("running tests/env/k8s-bin.sh");
+    let dir = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .to_string();
+    PathBuf::from(dir).join(name)
+}
+
+/// A Deployment `web` (label app=web) in `ns` with this image, replica count, optional node
+/// selector (`key: value`, which no node matching keeps its pods Pending) and optional
+/// `progressDeadlineSeconds`, as YAML.
+pub fn web_deployment_yaml(
+    ns: &str,
+    image: &str,
+    node_selector: Option<&str>,
+    replicas: i32,
+    progress_deadline: Option<u32>,
+) -> String {
+    let selector = node_selector
+        .map(|s| format!("      nodeSelector: {{{s}}}\n"))
+        .unwrap_or_default();
+    let deadline = progress_deadline
+        .map(|d| format!("  progressDeadlineSeconds: {d}\n"))
+        .unwrap_or_default();
+    format!(
+        "apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: web, namespace: {ns}, labels: {{app: web}}}}
+spec:
+  replicas: {replicas}
+{deadline}  selector: {{matchLabels: {{app: web}}}}
+  template:
+    metadata: {{labels: {{app: web}}}}
+    spec:
+{selector}      containers:
+      - {{name: web, image: \"{image}\"}}
+"
+    )
 }
 
 pub async fn client_from(kubeconfig: &Path) -> kube::Client {
@@ -2383,6 +2420,36 @@ impl Drop for Prometheus {
 }
 
 impl Prometheus {
+    /// Waits until an instant query (URL-encoded) answers `want` as its first sample: a change
+    /// of an exporter is seen only after Prometheus scraped it.
+    pub async fn wait_value(&self, encoded_query: &str, want: f64) {
+        let port: u16 = self
+            .address
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("Prometheus' port");
+        let path = format!("/api/v1/query?query={encoded_query}");
+        wait_for(
+            &format!("Prometheus to answer {want} to {encoded_query}"),
+            Duration::from_secs(30),
+            || async {
+                let (_, body) = http_get(port, &path).await?;
+                let v: serde_json::Value =
+                    serde_json::from_str(&body).map_err(|e| e.to_string())?;
+                let got = v["data"]["result"][0]["value"][1]
+                    .as_str()
+                    .and_then(|s| s.parse::<f64>().ok());
+                if got == Some(want) {
+                    Ok(())
+                } else {
+                    Err(format!("{got:?}"))
+                }
+            },
+        )
+        .await;
+    }
+
     pub async fn start(env: &TestEnv, targets: &[String]) -> Prometheus {
         let dir = tempfile::tempdir().expect("a directory for Prometheus");
         let config = dir.path().join("prometheus.yml");

@@ -283,10 +283,19 @@ pub struct SubscriptionStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub aggregated_statuses: Vec<AggregatedStatus>,
 
-    /// Conditions (beyond upstream): `FeedsResolved` says whether every feed exists and can be
-    /// deployed by this build, and if not which one and why.
+    /// Conditions (beyond upstream), a map list keyed by type (each controller owns its own):
+    /// `FeedsResolved` says whether every feed exists and can be deployed by this build, and if
+    /// not which one and why; `Ready` whether every bound cluster runs what it deploys, healthy,
+    /// with kstatus's `Reconciling` (still changing) and `Stalled` (failed, needs a hand) beside
+    /// it while they are true; `RolloutComplete` where a staged rollout is.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+
+    /// ObservedGeneration (beyond upstream) is the generation `Ready`, `Reconciling` and
+    /// `Stalled` speak for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
 
     /// LastDecision (beyond upstream): why the scheduler bound it where it is, as it saw the
     /// fleet when it last changed `bindingClusters` or `replicas` (written with that status
@@ -380,6 +389,19 @@ pub const CONDITION_FEEDS_RESOLVED: &str = "FeedsResolved";
 /// rolled out everywhere; `False` while it rolls out (reason `Progressing`, `WaitingForApproval`,
 /// `PausedByUser`) or after a failed stage (`RolledBack`, `Paused`), with the rollout's message.
 pub const CONDITION_ROLLOUT_COMPLETE: &str = "RolloutComplete";
+
+/// Condition type (beyond upstream, the kstatus / `kubectl wait` one): `True` when every bound
+/// cluster runs what the Subscription deploys (its current revision where a rollout pins one),
+/// deployed, every object healthy; `False` with why otherwise.
+pub const CONDITION_READY: &str = "Ready";
+
+/// Condition type, kstatus's: present (`True`) only while the Subscription is still changing
+/// towards Ready (scheduling, rendering, deploying, a rollout under way).
+pub const CONDITION_RECONCILING: &str = "Reconciling";
+
+/// Condition type, kstatus's: present (`True`) only while it cannot get Ready without a hand (a
+/// feed missing, a cluster whose objects failed, a rollout rolled back or paused on failure).
+pub const CONDITION_STALLED: &str = "Stalled";
 
 /// Aggregated status of one feed across the binding clusters.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]

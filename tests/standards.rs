@@ -1,0 +1,420 @@
+//! The standards other tools read (docs/spec/deployer.md §17), checked by their consumers on real
+//! control planes: a parent and two children.
+//!
+//! kstatus (sigs.k8s.io/cli-utils, what Flux's health checks run, built by tests/env/k8s-bin.sh)
+//! judges a Subscription: `Current` once both children run its Deployment available,
+//! `InProgress` while a change is on its way, `Failed` when a child's Deployment cannot become
+//! available (its pods stay Pending: no node matches their selector, and the Deployment passes
+//! its progress deadline); `kubectl wait --for=condition=Ready` returns when, and only when, the
+//! children run it.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use clusternet::apis::{Description, Subscription};
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::json;
+use support::{TestEnv, TestNamespace, register, uid, wait_for};
+
+fn deployment_yaml(ns: &str, image: &str, node_selector: Option<&str>) -> String {
+    format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}}}\n---\n{}",
+        support::web_deployment_yaml(ns, image, node_selector, 1, Some(10))
+    )
+}
+
+/// Runs `bin args` with `input` on stdin; its stdout, trimmed (it must succeed).
+fn pipe(bin: &Path, args: &[&str], input: &[u8]) -> String {
+    use std::io::Write;
+    let mut run = Command::new(bin)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{}: {e}", bin.display()));
+    run.stdin
+        .take()
+        .expect("stdin")
+        .write_all(input)
+        .expect("writing stdin");
+    let out = run.wait_with_output().expect("waiting");
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        bin.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+struct Kstatus {
+    bin: PathBuf,
+    lua: PathBuf,
+    kubectl: PathBuf,
+    kubeconfig: PathBuf,
+}
+
+impl Kstatus {
+    fn new(env: &TestEnv) -> Kstatus {
+        Kstatus {
+            bin: env.bin("kstatus"),
+            lua: env.bin("luahealth"),
+            kubectl: env.bin("kubectl"),
+            kubeconfig: env.parent_kubeconfig(),
+        }
+    }
+
+    /// The object as JSON, read live with kubectl.
+    fn live(&self, resource: &str, ns: &str, name: &str) -> Vec<u8> {
+        let got = Command::new(&self.kubectl)
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(["get", resource, name, "-n", ns, "-o", "json"])
+            .output()
+            .expect("kubectl get");
+        assert!(
+            got.status.success(),
+            "kubectl get: {}",
+            String::from_utf8_lossy(&got.stderr)
+        );
+        got.stdout
+    }
+
+    /// kstatus's status and message of the Subscription, read live with kubectl, and what Argo
+    /// CD's health script says of the same JSON (which must agree: Current is Healthy,
+    /// InProgress Progressing or Suspended, Failed Degraded, with the same message).
+    fn of(&self, ns: &str, name: &str) -> (String, String) {
+        let json = self.live("subscriptions.apps.clusternet.io", ns, name);
+        let line = pipe(&self.bin, &[], &json);
+        // "Subscription/<name> <status> <message>"
+        let mut parts = line.splitn(3, ' ');
+        let _ = parts.next();
+        let (status, message) = (
+            parts.next().unwrap_or_default().to_string(),
+            parts.next().unwrap_or_default().to_string(),
+        );
+        let (argo, argo_message) = self.argo_of("apps.clusternet.io/Subscription", &json);
+        // before the aggregator's first status write (milliseconds) kstatus, which reads an object
+        // without status or conditions as Current, and the script (Progressing) cannot agree
+        let written = serde_json::from_slice::<serde_json::Value>(&json)
+            .ok()
+            .is_some_and(|v| v["status"]["conditions"].is_array());
+        let agree = !written
+            || matches!(
+                (status.as_str(), argo.as_str()),
+                ("Current", "Healthy")
+                    | ("InProgress", "Progressing" | "Suspended")
+                    | ("Failed", "Degraded")
+            );
+        assert!(
+            agree,
+            "kstatus says {status} ({message}), Argo CD's script {argo} ({argo_message})"
+        );
+        (status, message)
+    }
+
+    fn argo_of(&self, script: &str, json: &[u8]) -> (String, String) {
+        let path = repo(&format!(
+            "deploy/argocd/resource_customizations/{script}/health.lua"
+        ));
+        let line = pipe(&self.lua, &["run", &path.to_string_lossy()], json);
+        let (status, message) = line.split_once(' ').unwrap_or((line.as_str(), ""));
+        (status.to_string(), message.to_string())
+    }
+
+    /// What Argo CD's health script for `group/Kind` (deploy/argocd) says of a live object.
+    fn argo(&self, script: &str, resource: &str, ns: &str, name: &str) -> (String, String) {
+        self.argo_of(script, &self.live(resource, ns, name))
+    }
+
+    /// Waits until kstatus says `want`, returning its message.
+    async fn wait(&self, ns: &str, want: &str, within: Duration) -> String {
+        wait_for(&format!("kstatus {want}"), within, || async {
+            let (status, message) = self.of(ns, "app");
+            if status == want {
+                Ok(message)
+            } else {
+                Err(format!("{status}: {message}"))
+            }
+        })
+        .await
+    }
+
+    /// `kubectl wait --for=condition=Ready subscription/app` in the background; the moment it
+    /// returns, whether every child runs `image` available (None: it did not return success).
+    fn kubectl_wait(
+        &self,
+        ns: &str,
+        timeout: &str,
+        children: &[kube::Client],
+        appns: &str,
+        image: &str,
+    ) -> tokio::task::JoinHandle<Option<bool>> {
+        let mut cmd = tokio::process::Command::new(&self.kubectl);
+        cmd.arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args([
+                "wait",
+                "--for=condition=Ready",
+                "subscriptions.apps.clusternet.io/app",
+                "-n",
+                ns,
+                &format!("--timeout={timeout}"),
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        let (children, appns, image) = (children.to_vec(), appns.to_string(), image.to_string());
+        tokio::spawn(async move {
+            let ok = cmd.status().await.map(|s| s.success()).unwrap_or(false);
+            if !ok {
+                return None;
+            }
+            Some(available_everywhere(&children, &appns, &image).await)
+        })
+    }
+}
+
+/// Whether every child runs the Deployment with this image, available.
+async fn available_everywhere(children: &[kube::Client], ns: &str, image: &str) -> bool {
+    for c in children {
+        let d = match Api::<Deployment>::namespaced(c.clone(), ns)
+            .get_opt("web")
+            .await
+        {
+            Ok(Some(d)) => d,
+            _ => return false,
+        };
+        let spec_image = d
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .and_then(|s| s.containers.first())
+            .and_then(|c| c.image.clone())
+            .unwrap_or_default();
+        let st = d.status.unwrap_or_default();
+        let current = st.observed_generation == d.metadata.generation
+            && st.updated_replicas == Some(1)
+            && st.available_replicas == Some(1)
+            && st.replicas == Some(1);
+        if spec_image != image || !current {
+            return false;
+        }
+    }
+    true
+}
+
+#[tokio::test]
+async fn kstatus_and_kubectl_wait_see_the_fleet_as_it_is() {
+    let env = TestEnv::get();
+    env.with_hub();
+    env.with_controller();
+    let parent = env.parent().await;
+    let id = uid();
+    let clusters = register(env, &id, &[1, 2], "Push", &[]).await;
+    let children: Vec<kube::Client> = clusters.iter().map(|c| c.child.clone()).collect();
+    let ns = TestNamespace::create(&parent, &env.parent_kubeconfig(), "kstatus").await;
+    let appns = format!("ks-{id}");
+    let apply = |image: &str, node_selector: Option<&str>| {
+        let out = env.plugin_with_stdin(
+            &["apply", "-f", "-"],
+            Some(&deployment_yaml(&appns, image, node_selector)),
+        );
+        assert!(
+            out.status.success(),
+            "kubectl clusternet apply: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let ks = Kstatus::new(env);
+    apply("nginx:1.26", None);
+    let sub: Subscription = serde_json::from_value(json!({
+        "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Subscription",
+        "metadata": {"name": "app"},
+        "spec": {"subscribers": [{"clusterAffinity": {"matchLabels": {"e2e": id}}}],
+                 "feeds": [{"apiVersion": "v1", "kind": "Namespace", "name": appns},
+                           {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web",
+                            "namespace": appns}]}
+    }))
+    .expect("a Subscription");
+    let subs: Api<Subscription> = Api::namespaced(parent.clone(), &ns.name);
+    subs.create(&PostParams::default(), &sub)
+        .await
+        .expect("creating the Subscription");
+
+    // kubectl wait, started now, returns once both children run it available, not before
+    let waiting = ks.kubectl_wait(&ns.name, "120s", &children, &appns, "nginx:1.26");
+    ks.wait(&ns.name, "Current", Duration::from_secs(120)).await;
+    let w = waiting.await.expect("kubectl wait");
+    assert_eq!(
+        w,
+        Some(true),
+        "kubectl wait --for=condition=Ready returned (Some) before both children ran it available, or failed (None)"
+    );
+    let s = subs.get("app").await.expect("the Subscription");
+    let st = s.status.expect("a status");
+    assert_eq!(st.observed_generation, s.metadata.generation);
+    let ready = st
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .expect("a Ready condition");
+    assert_eq!(
+        (ready.status.as_str(), ready.observed_generation),
+        ("True", s.metadata.generation)
+    );
+    assert!(
+        st.conditions.iter().any(|c| c.type_ == "FeedsResolved"),
+        "the aggregator's other condition stays beside Ready"
+    );
+    // Argo CD's scripts on the objects under it: every Description and ManagedCluster Healthy
+    let uid = s.metadata.uid.clone().unwrap_or_default();
+    let argo_of_descriptions = || async {
+        let list = Api::<Description>::all(parent.clone())
+            .list(&ListParams::default().labels(&format!("apps.clusternet.io/subs.uid={uid}")))
+            .await
+            .expect("listing Descriptions");
+        assert_eq!(list.items.len(), 2, "a Description per child");
+        list.items
+            .iter()
+            .map(|d| {
+                ks.argo(
+                    "apps.clusternet.io/Description",
+                    "descriptions.apps.clusternet.io",
+                    &d.namespace().unwrap_or_default(),
+                    &d.name_any(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    for (status, message) in argo_of_descriptions().await {
+        assert_eq!(status, "Healthy", "{message}");
+    }
+    for c in &clusters {
+        let (status, message) = ks.argo(
+            "clusters.clusternet.io/ManagedCluster",
+            "managedclusters.clusters.clusternet.io",
+            &c.dedicated,
+            &c.name,
+        );
+        assert_eq!(status, "Healthy", "{message}");
+    }
+
+    // a change whose pods can never run: InProgress while it is on its way, Failed once the
+    // children's Deployments pass their 10 s progress deadline
+    let t0 = Instant::now();
+    apply("nginx:1.27", Some("no-such-node: here"));
+    let seen = ks
+        .wait(&ns.name, "InProgress", Duration::from_secs(60))
+        .await;
+    let message = ks.wait(&ns.name, "Failed", Duration::from_secs(120)).await;
+    assert!(
+        message.contains("cluster") && message.contains("progress deadline exceeded"),
+        "the failure says where and why: {message} (in progress was: {seen})"
+    );
+    assert!(
+        t0.elapsed() >= Duration::from_secs(10),
+        "failed before the progress deadline"
+    );
+    let degraded: Vec<(String, String)> = argo_of_descriptions()
+        .await
+        .into_iter()
+        .filter(|(s, _)| s == "Degraded")
+        .collect();
+    assert!(
+        degraded
+            .iter()
+            .any(|(_, m)| m.contains("progress deadline exceeded")),
+        "Argo CD sees the failed Description: {degraded:?}"
+    );
+    // not Ready, so kubectl wait gives up
+    let gave_up = ks
+        .kubectl_wait(&ns.name, "5s", &children, &appns, "nginx:1.27")
+        .await
+        .expect("kubectl wait");
+    assert_eq!(
+        gave_up, None,
+        "kubectl wait said Ready while the children's Deployments failed"
+    );
+
+    // mended: Current again, kubectl wait returns
+    apply("nginx:1.27", None);
+    let waiting = ks.kubectl_wait(&ns.name, "120s", &children, &appns, "nginx:1.27");
+    ks.wait(&ns.name, "Current", Duration::from_secs(120)).await;
+    assert_eq!(
+        waiting.await.expect("kubectl wait"),
+        Some(true),
+        "kubectl wait after the mend"
+    );
+
+    // a feed that does not exist: Failed (Stalled), saying which
+    let mut bad = subs.get("app").await.expect("the Subscription");
+    bad.spec.feeds.push(
+        serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "name": "missing", "namespace": appns}))
+        .expect("a feed"),
+    );
+    subs.replace("app", &PostParams::default(), &bad)
+        .await
+        .expect("adding a missing feed");
+    let message = ks.wait(&ns.name, "Failed", Duration::from_secs(60)).await;
+    assert!(message.contains("missing"), "{message}");
+}
+
+/// Argo CD's health scripts (deploy/argocd, in the layout of Argo CD's own resource_customizations)
+/// pass their health_test.yaml cases when gopher-lua runs them in Argo CD's sandbox, and the
+/// argocd-cm patch carries each script verbatim.
+#[test]
+fn argo_cd_health_scripts_pass_their_own_cases() {
+    let base = repo("deploy/argocd/resource_customizations");
+    let out = Command::new(support::cached_bin("luahealth"))
+        .arg("test")
+        .arg(&base)
+        .output()
+        .expect("luahealth");
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let patch: serde_json::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(repo("deploy/argocd/argocd-cm-patch.yaml")).expect("the patch"),
+    )
+    .expect("YAML");
+    let data = patch["data"].as_object().expect("data");
+    let mut kinds = 0;
+    for group in std::fs::read_dir(&base).expect("groups") {
+        let group = group.expect("a group").path();
+        for kind in std::fs::read_dir(&group).expect("kinds") {
+            let kind = kind.expect("a kind").path();
+            let key = format!(
+                "resource.customizations.health.{}_{}",
+                group.file_name().unwrap_or_default().to_string_lossy(),
+                kind.file_name().unwrap_or_default().to_string_lossy()
+            );
+            let script = std::fs::read_to_string(kind.join("health.lua")).expect("health.lua");
+            assert_eq!(
+                data.get(&key).and_then(|v| v.as_str()),
+                Some(script.as_str()),
+                "{key} in argocd-cm-patch.yaml is not {}/health.lua",
+                kind.display()
+            );
+            kinds += 1;
+        }
+    }
+    assert_eq!(data.len(), kinds, "the patch has a script no directory has");
+    assert!(
+        said.contains("Healthy") && said.contains("Progressing") && said.contains("Degraded"),
+        "{said}"
+    );
+}
