@@ -91,10 +91,11 @@ pub struct RunFlags {
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kube_api_http2: Option<bool>,
-    /// Feature gates, e.g. SocketConnection=true,Deployer=true
+    /// Feature gates, e.g. SocketConnection=true,Deployer=true (repeatable: the uses add up, as
+    /// Kubernetes components' --feature-gates do)
     #[arg(long, value_name = "GATES")]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub feature_gates: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub feature_gates: Vec<String>,
 
     /// Take part in leader election (one Lease per role)
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
@@ -142,6 +143,16 @@ pub struct RunFlags {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub system_namespace: Option<String>,
+    /// Controller: namespace of the ClusterProfiles published for other tools, one per
+    /// ManagedCluster (empty: none are published)
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster_profile_namespace: Option<String>,
+    /// Controller: the ClusterSet the fleet forms (the ClusterProfile namespace's
+    /// multicluster.x-k8s.io/clusterset label and each profile's clusterset.k8s.io property)
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster_set: Option<String>,
 
     // --- hub ---
     /// Hub: address the aggregated API server binds to
@@ -330,7 +341,8 @@ impl RunFlags {
         let mut flat = self.clone();
         Layers {
             config_file: flat.config.take(),
-            feature_gates: flat.feature_gates.take(),
+            feature_gates: Some(std::mem::take(&mut flat.feature_gates).join(","))
+                .filter(|g| !g.is_empty()),
             roles: std::mem::take(&mut flat.roles),
             lease_name: flat.leader_elect_resource_name.take(),
             flags: Serialized::globals(flat),
@@ -349,7 +361,7 @@ mod tests {
         let flags = RunFlags {
             roles: vec![Role::Scheduler, Role::Hub],
             kube_api_qps: Some(7.0),
-            feature_gates: Some("ShadowAPI=false".into()),
+            feature_gates: vec!["ShadowAPI=false".into()],
             leader_elect_lease_duration: Some("20s".into()),
             ..Default::default()
         };
@@ -383,6 +395,20 @@ mod tests {
         assert_eq!(cfg.max_tunnel_sessions_per_cluster, 2);
         assert_eq!(cfg.max_watches_per_user, 0);
         assert_eq!(cfg.proxy_idle_timeout, Duration::from_secs(90));
+    }
+
+    #[test]
+    fn repeated_feature_gates_add_up() {
+        let cli = <Cli as clap::Parser>::try_parse_from([
+            "clusternet",
+            "--role=controller",
+            "--feature-gates=MultiClusterService=true",
+            "--feature-gates=PlacementDecision=true,Deployer=false",
+        ])
+        .expect("flags parse");
+        let cfg = Config::load(cli.run_flags().layers()).expect("config loads");
+        assert!(cfg.gate("MultiClusterService") && cfg.gate("PlacementDecision"));
+        assert!(!cfg.gate("Deployer"));
     }
 
     #[test]

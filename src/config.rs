@@ -115,6 +115,10 @@ pub struct Config {
 
     pub reserved_namespace: String,
     pub system_namespace: String,
+    /// Controller: namespace of the published ClusterProfiles (empty: none).
+    pub cluster_profile_namespace: String,
+    /// Controller: the fleet's ClusterSet name.
+    pub cluster_set: String,
 
     pub bind_address: String,
     pub secure_port: u16,
@@ -222,6 +226,8 @@ impl Default for Config {
             log_filter: "info".to_string(),
             reserved_namespace: known::CLUSTERNET_RESERVED_NAMESPACE.to_string(),
             system_namespace: known::CLUSTERNET_SYSTEM_NAMESPACE.to_string(),
+            cluster_profile_namespace: known::CLUSTERNET_SYSTEM_NAMESPACE.to_string(),
+            cluster_set: "clusternet".to_string(),
             bind_address: "0.0.0.0".to_string(),
             secure_port: 443,
             tls_cert_file: None,

@@ -21,6 +21,10 @@ use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 use support::{TestEnv, TestNamespace, register, uid, wait_for};
 
+/// The controller of this binary: with the alpha gate PlacementDecision on (the tests of one
+/// binary share one controller, started by the first).
+const GATES: &[&str] = &["--feature-gates=PlacementDecision=true"];
+
 fn deployment_yaml(ns: &str, image: &str, node_selector: Option<&str>) -> String {
     format!(
         "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}}}\n---\n{}",
@@ -217,7 +221,7 @@ async fn available_everywhere(children: &[kube::Client], ns: &str, image: &str) 
 async fn kstatus_and_kubectl_wait_see_the_fleet_as_it_is() {
     let env = TestEnv::get();
     env.with_hub();
-    env.with_controller();
+    env.with_controller_args(GATES);
     let parent = env.parent().await;
     let id = uid();
     let clusters = register(env, &id, &[1, 2], "Push", &[]).await;
@@ -417,4 +421,256 @@ fn argo_cd_health_scripts_pass_their_own_cases() {
         said.contains("Healthy") && said.contains("Progressing") && said.contains("Degraded"),
         "{said}"
     );
+}
+
+/// One ClusterProfile per ManagedCluster (KEP-4322), in the namespace of the ClusterSet, with
+/// what the KEP names (cluster manager, version, the cluster's ID as `cluster.clusterset.k8s.io`,
+/// ControlPlaneHealthy), kept immutable where the KEP says so, and gone with its cluster.
+#[tokio::test]
+async fn cluster_profiles_follow_the_fleet() {
+    use clusternet::apis::ManagedCluster;
+    use clusternet::apis::inventory::ClusterProfile;
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::api::DeleteParams;
+
+    let env = TestEnv::get();
+    env.with_hub();
+    env.with_controller_args(GATES);
+    let parent = env.parent().await;
+    let id = uid();
+    let mut clusters = register(env, &id, &[1, 2], "Pull", &[]).await;
+    let profiles: Api<ClusterProfile> = Api::namespaced(parent.clone(), "clusternet-system");
+    let mut ids = Vec::new();
+    for c in &clusters {
+        let cluster_id = support::cluster_id(&parent, c).await;
+        let p = wait_for(
+            &format!("the ClusterProfile of {}", c.name),
+            Duration::from_secs(60),
+            || async {
+                let p = profiles
+                    .get_opt(&c.name)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .ok_or("not there yet")?;
+                let healthy = p.status.as_ref().is_some_and(|s| {
+                    s.conditions
+                        .iter()
+                        .any(|c| c.type_ == "ControlPlaneHealthy" && c.status == "True")
+                });
+                if healthy {
+                    Ok(p)
+                } else {
+                    Err(format!("{:?}", p.status))
+                }
+            },
+        )
+        .await;
+        assert_eq!(p.spec.cluster_manager.name, "clusternet");
+        assert_eq!(p.spec.display_name, c.name);
+        assert_eq!(
+            p.labels()
+                .get("x-k8s.io/cluster-manager")
+                .map(String::as_str),
+            Some("clusternet")
+        );
+        let st = p.status.expect("a status");
+        let version = Api::<ManagedCluster>::namespaced(parent.clone(), &c.dedicated)
+            .get(&c.name)
+            .await
+            .expect("the ManagedCluster")
+            .status
+            .map(|s| s.k8s_version)
+            .unwrap_or_default();
+        assert!(version.starts_with("v1."), "{version}");
+        assert_eq!(st.version.kubernetes, version);
+        let prop = |name: &str| {
+            st.properties
+                .iter()
+                .find(|p| p.name == name)
+                .map(|p| p.value.clone())
+        };
+        assert_eq!(prop("cluster.clusterset.k8s.io"), Some(cluster_id.clone()));
+        assert_eq!(prop("clusterset.k8s.io").as_deref(), Some("clusternet"));
+        assert_eq!(prop("clusternet.io/sync-mode").as_deref(), Some("Pull"));
+        assert!(
+            prop("resources.clusternet.io/allocatable-cpu").is_some(),
+            "{:?}",
+            st.properties
+        );
+        assert!(
+            st.conditions
+                .iter()
+                .any(|c| c.type_ == "Joined" && c.status == "True")
+        );
+        ids.push(cluster_id);
+    }
+    let ns = Api::<Namespace>::all(parent.clone())
+        .get("clusternet-system")
+        .await
+        .expect("the namespace");
+    assert_eq!(
+        ns.labels()
+            .get("multicluster.x-k8s.io/clusterset")
+            .map(String::as_str),
+        Some("clusternet"),
+        "the KEP's ClusterSet label on the profiles' namespace"
+    );
+    // the KEP's rule: the cluster manager cannot change
+    let refused = Command::new(env.bin("kubectl"))
+        .arg("--kubeconfig")
+        .arg(env.parent_kubeconfig())
+        .args([
+            "patch",
+            "clusterprofiles.multicluster.x-k8s.io",
+            &clusters[0].name,
+            "-n",
+            "clusternet-system",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"clusterManager":{"name":"someone-else"}}}"#,
+        ])
+        .output()
+        .expect("kubectl patch");
+    assert!(
+        !refused.status.success()
+            && String::from_utf8_lossy(&refused.stderr).contains("ClusterManager is immutable"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+
+    // deregistered: its profile goes, the other stays
+    clusters[0].kill_agent();
+    Api::<ManagedCluster>::namespaced(parent.clone(), &clusters[0].dedicated)
+        .delete(&clusters[0].name, &DeleteParams::default())
+        .await
+        .expect("deleting the ManagedCluster");
+    wait_for(
+        "the deregistered cluster's ClusterProfile to go",
+        Duration::from_secs(60),
+        || async {
+            match profiles.get_opt(&clusters[0].name).await {
+                Ok(None) => Ok(()),
+                Ok(Some(_)) => Err("still there".to_string()),
+                Err(e) => Err(e.to_string()),
+            }
+        },
+    )
+    .await;
+    let other = profiles
+        .get(&clusters[1].name)
+        .await
+        .expect("the other cluster's ClusterProfile stays");
+    assert_eq!(
+        other.labels().get("clusters.clusternet.io/cluster-id"),
+        Some(&ids[1])
+    );
+}
+
+/// A PlacementDecision per Subscription (KEP-5313, gate PlacementDecision, on in this binary's
+/// controller) names exactly its bound clusters by their ClusterProfiles: after it is created,
+/// re-scheduled (its selector changed) and failed over (a cluster's agent lost).
+#[tokio::test]
+async fn a_placement_decision_lists_exactly_the_bound_clusters() {
+    use clusternet::apis::inventory::PlacementDecision;
+
+    let env = TestEnv::get();
+    env.with_hub();
+    env.with_controller_args(GATES);
+    let parent = env.parent().await;
+    let id = uid();
+    let mut clusters = register(env, &id, &[2, 3], "Push", &["pick=a", "pick=b"]).await;
+    let ns = TestNamespace::create(&parent, &env.parent_kubeconfig(), "decision").await;
+    let subs: Api<Subscription> = Api::namespaced(parent.clone(), &ns.name);
+    let decisions: Api<PlacementDecision> = Api::namespaced(parent.clone(), &ns.name);
+    let sub: Subscription = serde_json::from_value(json!({
+        "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "Subscription",
+        "metadata": {"name": "app"},
+        "spec": {"subscribers": [{"clusterAffinity": {"matchLabels": {"e2e": id}}}],
+                 "feeds": [{"apiVersion": "v1", "kind": "Namespace", "name": format!("pd-{id}")}]}
+    }))
+    .expect("a Subscription");
+    let created = subs
+        .create(&PostParams::default(), &sub)
+        .await
+        .expect("creating the Subscription");
+    // the decision names what status.bindingClusters names, by ClusterProfile
+    let decided = |want: Vec<String>| {
+        let (subs, decisions) = (subs.clone(), decisions.clone());
+        async move {
+            wait_for(
+                &format!("a PlacementDecision of {want:?}"),
+                Duration::from_secs(150),
+                || async {
+                    let bound: Vec<String> = subs
+                        .get("app")
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .status
+                        .map(|s| s.binding_clusters)
+                        .unwrap_or_default()
+                        .iter()
+                        .map(|b| b.split_once('/').map(|(_, n)| n).unwrap_or(b).to_string())
+                        .collect();
+                    let d = decisions
+                        .get_opt("app")
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .ok_or("no PlacementDecision yet")?;
+                    let named: Vec<String> = d
+                        .spec
+                        .decisions
+                        .iter()
+                        .map(|c| c.cluster_profile_ref.name.clone())
+                        .collect();
+                    let in_profiles_ns = d
+                        .spec
+                        .decisions
+                        .iter()
+                        .all(|c| c.cluster_profile_ref.namespace == "clusternet-system");
+                    // in bindingClusters' order (sorted by namespace/name), the wanted set
+                    let mut set = named.clone();
+                    set.sort();
+                    if named == bound && set == want && in_profiles_ns {
+                        Ok(d)
+                    } else {
+                        Err(format!("decision {named:?}, bound {bound:?}"))
+                    }
+                },
+            )
+            .await
+        }
+    };
+    let mut both: Vec<String> = clusters.iter().map(|c| c.name.clone()).collect();
+    both.sort();
+    let d = decided(both.clone()).await;
+    assert_eq!(
+        d.labels().get("multicluster.x-k8s.io/decision-key"),
+        created.metadata.uid.as_ref()
+    );
+    assert_eq!(
+        d.owner_references().first().map(|o| o.uid.clone()),
+        created.metadata.uid,
+        "owned by its Subscription"
+    );
+
+    // re-scheduled: only the cluster labelled pick=a
+    let mut narrowed = subs.get("app").await.expect("the Subscription");
+    narrowed.spec.subscribers[0].cluster_affinity =
+        serde_json::from_value(json!({"matchLabels": {"e2e": id, "pick": "a"}}))
+            .expect("a selector");
+    subs.replace("app", &PostParams::default(), &narrowed)
+        .await
+        .expect("narrowing the Subscription");
+    decided(vec![clusters[0].name.clone()]).await;
+
+    // back to both, then the second cluster's agent is lost: it fails over
+    let mut widened = subs.get("app").await.expect("the Subscription");
+    widened.spec.subscribers[0].cluster_affinity =
+        serde_json::from_value(json!({"matchLabels": {"e2e": id}})).expect("a selector");
+    subs.replace("app", &PostParams::default(), &widened)
+        .await
+        .expect("widening the Subscription");
+    decided(both).await;
+    clusters[1].kill_agent();
+    decided(vec![clusters[0].name.clone()]).await;
 }

@@ -296,6 +296,9 @@ pub const FAIL_OVER: &str = "FailOver";
 pub const FEASIBLE_CLUSTERS_TOLERATION: &str = "FeasibleClustersToleration";
 /// Gate (controller-manager): initialization taint and `ClusterInit` condition.
 pub const CLUSTER_INIT: &str = "ClusterInit";
+/// Gate (controller-manager, beyond upstream): a `multicluster.x-k8s.io` PlacementDecision per
+/// Subscription (KEP-5313, an alpha API; needs the ClusterProfiles).
+pub const PLACEMENT_DECISION: &str = "PlacementDecision";
 
 /// Every Clusternet feature gate name, in upstream declaration order. All are Alpha and default
 /// off; their defaults are in [`FEATURE_GATE_DEFAULTS`].
@@ -312,6 +315,7 @@ pub const FEATURE_GATES: &[&str] = &[
     FAIL_OVER,
     FEASIBLE_CLUSTERS_TOLERATION,
     CLUSTER_INIT,
+    PLACEMENT_DECISION,
 ];
 
 /// `(gate, default)` for every gate of [`FEATURE_GATES`], same order.
@@ -328,6 +332,7 @@ pub const FEATURE_GATE_DEFAULTS: &[(&str, bool)] = &[
     (FAIL_OVER, false),
     (FEASIBLE_CLUSTERS_TOLERATION, false),
     (CLUSTER_INIT, false),
+    (PLACEMENT_DECISION, false),
 ];
 
 /// Gates the shipped hub manifest turns on.

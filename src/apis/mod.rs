@@ -28,6 +28,7 @@ pub mod apps;
 pub mod clusters;
 pub mod dashboard;
 pub mod hash;
+pub mod inventory;
 pub mod known;
 pub mod mcs;
 pub mod naming;
@@ -105,6 +106,8 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         crd_for::<RolloutStrategy>(),
         crd_for::<ServiceExport>(),
         crd_for::<ServiceImport>(),
+        crd_for::<inventory::ClusterProfile>(),
+        crd_for::<inventory::PlacementDecision>(),
     ];
     all.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     all
@@ -116,10 +119,16 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
 const MCS_DIR: &str = "mcs";
 
 /// File name of a CRD under `crds/`, upstream's convention `<group>_<plural>.yaml`
-/// (e.g. `apps.clusternet.io_subscriptions.yaml`; mcs-api CRDs under `mcs/`).
+/// (e.g. `apps.clusternet.io_subscriptions.yaml`; mcs-api CRDs under `mcs/`; the Cluster
+/// Inventory API's, of the same group, are the parent's only and stay at the top).
 pub fn crd_file_name(crd: &CustomResourceDefinition) -> String {
     let file = format!("{}_{}.yaml", crd.spec.group, crd.spec.names.plural);
-    if crd.spec.group == mcs::GROUP {
+    if crd.spec.group == mcs::GROUP
+        && matches!(
+            crd.spec.names.kind.as_str(),
+            "ServiceExport" | "ServiceImport"
+        )
+    {
         format!("{MCS_DIR}/{file}")
     } else {
         file
@@ -251,6 +260,7 @@ mod tests {
             names,
             vec![
                 "bases.apps.clusternet.io",
+                "clusterprofiles.multicluster.x-k8s.io",
                 "clusterregistrationrequests.clusters.clusternet.io",
                 "descriptions.apps.clusternet.io",
                 "feedinventories.apps.clusternet.io",
@@ -260,6 +270,7 @@ mod tests {
                 "localizations.apps.clusternet.io",
                 "managedclusters.clusters.clusternet.io",
                 "manifests.apps.clusternet.io",
+                "placementdecisions.multicluster.x-k8s.io",
                 "rolloutstrategies.apps.clusternet.io",
                 "serviceexports.multicluster.x-k8s.io",
                 "serviceimports.multicluster.x-k8s.io",

@@ -11,6 +11,7 @@ pub mod helmrelease;
 pub mod index;
 pub mod metricgate;
 pub mod overrides;
+pub mod placementdecision;
 pub mod preview;
 pub mod readiness;
 pub mod revision;

@@ -102,6 +102,9 @@ pub async fn lead(rt: &Runtime, role: Role, leadership: Leadership, token: Cance
                 spawn(|rt, t| Box::pin(crate::pipeline::helmchart::run(rt, t)));
                 spawn(|rt, t| Box::pin(crate::pipeline::helmrelease::run(rt, t)));
                 spawn(|rt, t| Box::pin(crate::deployer::push::run_helm(rt, t)));
+                if rt.config.gate(crate::apis::known::PLACEMENT_DECISION) {
+                    spawn(|rt, t| Box::pin(crate::pipeline::placementdecision::run(rt, t)));
+                }
             } else {
                 warn!("feature gate Deployer is off: no distribution pipeline");
             }
