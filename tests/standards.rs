@@ -578,7 +578,7 @@ async fn a_placement_decision_lists_exactly_the_bound_clusters() {
     env.with_controller_args(GATES);
     let parent = env.parent().await;
     let id = uid();
-    let mut clusters = register(env, &id, &[2, 3], "Push", &["pick=a", "pick=b"]).await;
+    let mut clusters = register(env, &id, &[1, 2], "Push", &["pick=a", "pick=b"]).await;
     let ns = TestNamespace::create(&parent, &env.parent_kubeconfig(), "decision").await;
     let subs: Api<Subscription> = Api::namespaced(parent.clone(), &ns.name);
     let decisions: Api<PlacementDecision> = Api::namespaced(parent.clone(), &ns.name);
@@ -673,4 +673,123 @@ async fn a_placement_decision_lists_exactly_the_bound_clusters() {
     decided(both).await;
     clusters[1].kill_agent();
     decided(vec![clusters[0].name.clone()]).await;
+}
+
+/// The agent names its cluster in the child with the About API (KEP-2149): ClusterProperty
+/// `cluster.clusterset.k8s.io` = the cluster's ID (the one its ClusterProfile carries) and
+/// `clusterset.k8s.io`, served as v1alpha1 and v1beta1; a value someone else set is left alone.
+/// Child 3 is this test's alone in this binary.
+#[tokio::test]
+async fn the_agent_names_its_cluster_with_cluster_properties() {
+    use clusternet::apis::about::ClusterProperty;
+    use clusternet::apis::inventory::ClusterProfile;
+    use kube::api::DeleteParams;
+
+    let env = TestEnv::get();
+    env.with_hub();
+    env.with_controller_args(GATES);
+    support::install_mcs_crds(env, 3);
+    let child = env.child(3).await;
+    let props: Api<ClusterProperty> = Api::all(child.clone());
+    for name in ["cluster.clusterset.k8s.io", "clusterset.k8s.io"] {
+        // left by earlier agents of this child
+        let _ = props.delete(name, &DeleteParams::default()).await;
+    }
+    let parent = env.parent().await;
+    let id = uid();
+    let mut clusters = register(env, &id, &[3], "Pull", &[]).await;
+    let cluster_id = support::cluster_id(&parent, &clusters[0]).await;
+    let value = |name: &'static str| {
+        let props = props.clone();
+        async move {
+            props
+                .get_opt(name)
+                .await
+                .ok()
+                .flatten()
+                .map(|p| p.spec.value)
+        }
+    };
+    wait_for(
+        "the agent's ClusterProperties",
+        Duration::from_secs(60),
+        || async {
+            let (id_now, set_now) = (
+                value("cluster.clusterset.k8s.io").await,
+                value("clusterset.k8s.io").await,
+            );
+            if id_now.as_deref() == Some(cluster_id.as_str())
+                && set_now.as_deref() == Some("clusternet")
+            {
+                Ok(())
+            } else {
+                Err(format!("{id_now:?} {set_now:?}"))
+            }
+        },
+    )
+    .await;
+    // as v1alpha1 too, the version the mcs-api implementations read
+    let alpha = Command::new(env.bin("kubectl"))
+        .arg("--kubeconfig")
+        .arg(env.child_kubeconfig(3))
+        .args([
+            "get",
+            "clusterproperties.v1alpha1.about.k8s.io",
+            "cluster.clusterset.k8s.io",
+            "-o",
+            "jsonpath={.spec.value}",
+        ])
+        .output()
+        .expect("kubectl get");
+    assert_eq!(String::from_utf8_lossy(&alpha.stdout), cluster_id);
+    // the parent's ClusterProfile says the same
+    let profile = wait_for("the ClusterProfile", Duration::from_secs(60), || async {
+        Api::<ClusterProfile>::namespaced(parent.clone(), "clusternet-system")
+            .get_opt(&clusters[0].name)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| "not yet".to_string())
+    })
+    .await;
+    assert!(
+        profile
+            .status
+            .iter()
+            .flat_map(|s| s.properties.iter())
+            .any(|p| p.name == "cluster.clusterset.k8s.io" && p.value == cluster_id),
+        "{:?}",
+        profile.status
+    );
+
+    // someone else's value stays, and the agent says so
+    let theirs = json!({"apiVersion": "about.k8s.io/v1beta1", "kind": "ClusterProperty",
+        "metadata": {"name": "cluster.clusterset.k8s.io"}, "spec": {"value": "someone-else"}});
+    props
+        .patch(
+            "cluster.clusterset.k8s.io",
+            &kube::api::PatchParams::apply("e2e-other-tool").force(),
+            &kube::api::Patch::Apply(&theirs),
+        )
+        .await
+        .expect("another tool's value");
+    clusters[0].start_agent();
+    wait_for(
+        "the agent to say it left it",
+        Duration::from_secs(60),
+        || async {
+            let log = clusters[0].agent.log_text();
+            if log.contains("already says \\\"someone-else\\\"")
+                || log.contains("already says \"someone-else\"")
+            {
+                Ok(())
+            } else {
+                Err("not yet".to_string())
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        value("cluster.clusterset.k8s.io").await.as_deref(),
+        Some("someone-else")
+    );
 }

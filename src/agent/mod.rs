@@ -4,6 +4,7 @@
 //! (credentials revoked, cluster deleted) or the stored credentials are rotated, it says so and
 //! registers again.
 
+pub mod about;
 pub mod credentials;
 pub mod deployer;
 pub mod predictor;
@@ -54,6 +55,14 @@ pub async fn lead(rt: &Runtime, lease_uid: &str, stop: CancellationToken) {
         }
     };
     info!(cluster_id = %cluster_id, "cluster ID (UID of the agent Lease)");
+    // the About API's ClusterProperties in this cluster, for as long as this agent leads
+    let about = stop.child_token();
+    tokio::spawn(about::publish(
+        rt.clone(),
+        cluster_id.clone(),
+        about.clone(),
+    ));
+    let _about = about.drop_guard();
     let nodes = rt.cache.watch::<Node>();
     let mut predictor = None;
     if rt.config.gate(crate::apis::known::PREDICTOR)

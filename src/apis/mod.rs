@@ -24,6 +24,7 @@
 // mistakes for duplicated attributes.
 #![allow(clippy::duplicated_attributes)]
 
+pub mod about;
 pub mod apps;
 pub mod clusters;
 pub mod dashboard;
@@ -108,6 +109,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         crd_for::<ServiceImport>(),
         crd_for::<inventory::ClusterProfile>(),
         crd_for::<inventory::PlacementDecision>(),
+        about::crd(),
     ];
     all.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     all
@@ -119,16 +121,19 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
 const MCS_DIR: &str = "mcs";
 
 /// File name of a CRD under `crds/`, upstream's convention `<group>_<plural>.yaml`
-/// (e.g. `apps.clusternet.io_subscriptions.yaml`; mcs-api CRDs under `mcs/`; the Cluster
-/// Inventory API's, of the same group, are the parent's only and stay at the top).
+/// (e.g. `apps.clusternet.io_subscriptions.yaml`; mcs-api CRDs and the About API's ClusterProperty,
+/// which children install, under `mcs/`; the Cluster Inventory API's, of mcs-api's group, are the
+/// parent's only and stay at the top).
 pub fn crd_file_name(crd: &CustomResourceDefinition) -> String {
     let file = format!("{}_{}.yaml", crd.spec.group, crd.spec.names.plural);
-    if crd.spec.group == mcs::GROUP
+    // the children's bundle: mcs-api's two kinds and the About API's ClusterProperty
+    let child = crd.spec.group == mcs::GROUP
         && matches!(
             crd.spec.names.kind.as_str(),
             "ServiceExport" | "ServiceImport"
         )
-    {
+        || crd.spec.group == about::GROUP;
+    if child {
         format!("{MCS_DIR}/{file}")
     } else {
         file
@@ -261,6 +266,7 @@ mod tests {
             vec![
                 "bases.apps.clusternet.io",
                 "clusterprofiles.multicluster.x-k8s.io",
+                "clusterproperties.about.k8s.io",
                 "clusterregistrationrequests.clusters.clusternet.io",
                 "descriptions.apps.clusternet.io",
                 "feedinventories.apps.clusternet.io",
@@ -279,6 +285,10 @@ mod tests {
         );
         for crd in &crds {
             let name = crd.metadata.name.as_deref().unwrap_or_default();
+            // one version each, but the About API's two (about::tests)
+            if crd.spec.group == "about.k8s.io" {
+                continue;
+            }
             assert_eq!(crd.spec.versions.len(), 1, "{name}");
             let version = &crd.spec.versions[0];
             assert!(version.served && version.storage, "{name}");

@@ -735,7 +735,7 @@ pub fn scenario(path: &str) -> String {
     .expect("an upstream example")
 }
 
-/// Installs the bundled mcs-api CRDs (crds/mcs, as deploy/overlays/child does) into child `i`
+/// Installs the bundled mcs-api and About API CRDs (crds/mcs, as deploy/overlays/child does) into child `i`
 /// and waits until they are served.
 pub fn install_mcs_crds(env: &TestEnv, i: usize) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("crds/mcs");
@@ -764,6 +764,7 @@ pub fn install_mcs_crds(env: &TestEnv, i: usize) {
     for crd in [
         "serviceexports.multicluster.x-k8s.io",
         "serviceimports.multicluster.x-k8s.io",
+        "clusterproperties.about.k8s.io",
     ] {
         let (ok, err) = kubectl(&[
             "wait",
