@@ -90,6 +90,7 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     let from_descs = named_by(descs.subscribe(), |d: &Description| {
         index::subscription_named(d.labels())
     });
+    let from_clusters = on_readiness(&clusters, &subs);
     let ctx = Arc::new(Ctx {
         events: Events::new(
             rt.events_client.clone(),
@@ -107,11 +108,50 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         .triggered_by(from_descs)
         .triggered_by(from_manifests)
         .triggered_by(from_charts)
+        .triggered_by(from_clusters)
         .run(stop, move |sub| {
             let ctx = ctx.clone();
             async move { reconcile(&ctx, sub).await }
         })
         .await;
+}
+
+/// A trigger: the Subscriptions bound to a cluster whose `Ready` status changed (only then: the
+/// heartbeats in between change nothing Ready depends on), since a cluster coming back or going
+/// changes no Description.
+fn on_readiness(
+    clusters: &crate::runtime::cache::Shared<ManagedCluster>,
+    subs: &crate::runtime::cache::Shared<Subscription>,
+) -> impl futures::Stream<Item = ObjectRef<Subscription>> + Send + 'static {
+    use futures::StreamExt;
+    let bound = subs.index("binding-cluster", |s: &Subscription| {
+        s.status
+            .iter()
+            .flat_map(|st| st.binding_clusters.iter().cloned())
+            .collect()
+    });
+    let mut seen: HashMap<String, Option<String>> = HashMap::new();
+    clusters
+        .subscribe()
+        .filter_map(move |mc| {
+            let key = format!("{}/{}", mc.namespace().unwrap_or_default(), mc.name_any());
+            let ready = mc
+                .status
+                .as_ref()
+                .and_then(|s| s.condition(crate::apis::clusters::CONDITION_READY))
+                .map(|c| c.status.clone());
+            let changed = seen.insert(key.clone(), ready.clone()) != Some(ready);
+            futures::future::ready(changed.then_some(key))
+        })
+        .flat_map(move |key| {
+            futures::stream::iter(
+                bound
+                    .get(&key)
+                    .iter()
+                    .map(|s| ObjectRef::from_obj(s.as_ref()))
+                    .collect::<Vec<_>>(),
+            )
+        })
 }
 
 /// The replica counters upstream reads from a workload's status.
