@@ -621,28 +621,28 @@ pub enum Surge {
 
 impl Surge {
     pub fn parse(s: &str) -> Result<Surge, String> {
-        let t = s.trim();
+        use crate::kube_ext::intstr::CountOrPercent;
         let bad = || {
             format!("{s:?} is neither a percentage from 1% to 100% nor a number of replicas >= 1")
         };
-        match t.strip_suffix('%') {
-            Some(p) => match p.trim().parse::<u32>() {
-                Ok(p) if (1..=100).contains(&p) => Ok(Surge::Percent(p)),
-                _ => Err(bad()),
-            },
-            None => match t.parse::<i32>() {
-                Ok(n) if n >= 1 => Ok(Surge::Replicas(n)),
-                _ => Err(bad()),
-            },
+        match CountOrPercent::parse(s) {
+            Some(CountOrPercent::Percent(p)) if (1..=100).contains(&p) => {
+                Ok(Surge::Percent(u32::try_from(p).map_err(|_| bad())?))
+            }
+            Some(CountOrPercent::Count(n)) if n >= 1 => {
+                Ok(Surge::Replicas(i32::try_from(n).map_err(|_| bad())?))
+            }
+            _ => Err(bad()),
         }
     }
 
     /// The surge for a Subscription of `replicas`.
     pub fn of(self, replicas: i32) -> i32 {
+        use crate::kube_ext::intstr::CountOrPercent;
         match self {
             Surge::Percent(p) => {
-                let r = i64::from(replicas.max(0));
-                i32::try_from((r * i64::from(p) + 99) / 100).unwrap_or(i32::MAX)
+                let r = u64::try_from(replicas.max(0)).unwrap_or(0);
+                i32::try_from(CountOrPercent::Percent(u64::from(p)).of(r)).unwrap_or(i32::MAX)
             }
             Surge::Replicas(n) => n,
         }

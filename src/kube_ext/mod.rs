@@ -4,6 +4,7 @@
 
 pub mod condition;
 pub mod health;
+pub mod intstr;
 pub mod labels;
 pub mod merge_patch;
 pub mod object_ref;

@@ -41,6 +41,7 @@ use crate::apis::{
 };
 use crate::config::parse_go_duration;
 use crate::kube_ext::health::HealthStatus;
+use crate::kube_ext::intstr::CountOrPercent;
 use crate::runtime::cache::Index;
 use crate::runtime::controller::{
     Action, ApiFailure, Controller, ReconcileError, named_by, recheck,
@@ -87,20 +88,15 @@ pub struct StageRules {
 
 /// `n` or `n%` of `total` (a percentage rounded up).
 fn count_of(v: &IntOrString, total: usize, what: &str) -> Result<usize, String> {
-    match v {
-        IntOrString::Int(n) => usize::try_from(*n).map_err(|_| format!("{what} {n} is negative")),
-        IntOrString::String(s) => {
-            let bad = || format!("{what} {s:?} is neither a number nor a percentage");
-            let t = s.trim();
-            match t.strip_suffix('%') {
-                Some(p) => {
-                    let p: usize = p.trim().parse().map_err(|_| bad())?;
-                    Ok((total * p).div_ceil(100))
-                }
-                None => t.parse().map_err(|_| bad()),
-            }
+    let parsed = match v {
+        IntOrString::Int(n) => {
+            let n = u64::try_from(*n).map_err(|_| format!("{what} {n} is negative"))?;
+            CountOrPercent::Count(n)
         }
-    }
+        IntOrString::String(s) => CountOrPercent::parse(s)
+            .ok_or_else(|| format!("{what} {s:?} is neither a number nor a percentage"))?,
+    };
+    Ok(usize::try_from(parsed.of(total as u64)).unwrap_or(usize::MAX))
 }
 
 fn duration(v: Option<&String>, default: Duration, what: &str) -> Result<Duration, String> {
