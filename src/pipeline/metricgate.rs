@@ -5,12 +5,11 @@
 
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Empty};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use http_body_util::Full;
 use serde_json::Value;
 
 use crate::apis::{GateStatus, MetricComparison, MetricGate, NoData};
+use crate::runtime::plainhttp;
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -157,12 +156,7 @@ pub fn judge(gate: &MetricGate, answer: Result<Value, String>) -> GateResult {
 /// Asks Prometheus: the answer's JSON (Prometheus answers errors as JSON too, with a 4xx), or
 /// why it could not be read.
 async fn query(address: &str, q: &str) -> Result<Value, String> {
-    let base = address.trim_end_matches('/');
-    if !base.starts_with("http://") {
-        return Err(format!(
-            "address {address:?}: only http:// Prometheus addresses are supported in this build"
-        ));
-    }
+    let base = plainhttp::http_base(address, "address")?;
     let url = format!(
         "{base}/api/v1/query?{}",
         form_urlencoded::Serializer::new(String::new())
@@ -172,20 +166,10 @@ async fn query(address: &str, q: &str) -> Result<Value, String> {
     let uri: http::Uri = url
         .parse()
         .map_err(|e| format!("address {address:?}: {e}"))?;
-    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<bytes::Bytes>>();
     let req = http::Request::get(uri)
-        .body(Empty::new())
+        .body(Full::new(bytes::Bytes::new()))
         .map_err(|e| e.to_string())?;
-    let resp = tokio::time::timeout(TIMEOUT, client.request(req))
-        .await
-        .map_err(|_| format!("Prometheus at {base} did not answer within {TIMEOUT:?}"))?
-        .map_err(|e| format!("Prometheus at {base}: {e}"))?;
-    let status = resp.status();
-    let body = tokio::time::timeout(TIMEOUT, resp.into_body().collect())
-        .await
-        .map_err(|_| format!("Prometheus at {base}: the answer did not arrive within {TIMEOUT:?}"))?
-        .map_err(|e| format!("Prometheus at {base}: {e}"))?
-        .to_bytes();
+    let (status, body) = plainhttp::send(&format!("Prometheus at {base}"), req, TIMEOUT).await?;
     serde_json::from_slice(&body)
         .map_err(|_| format!("Prometheus at {base} answered {status} with no JSON"))
 }

@@ -14,6 +14,7 @@ pub mod events;
 pub mod health;
 pub mod leader;
 pub mod memory;
+pub mod plainhttp;
 pub mod queue;
 pub mod ratelimit;
 pub mod serving;

@@ -8,11 +8,10 @@
 use std::time::Duration;
 
 use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 
 use crate::apis::{ManagedCluster, ReplicaRequirements};
 use crate::runtime::child::socket_proxy_path;
+use crate::runtime::plainhttp;
 
 const TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -139,30 +138,16 @@ pub async fn predict(
     cluster_id: &str,
     req: &ReplicaRequirements,
 ) -> Result<i32, String> {
-    if !base.starts_with("http://") {
-        return Err(format!(
-            "predictor address {base:?}: only http:// predictors are supported"
-        ));
-    }
+    let base = plainhttp::http_base(base, "predictor address")?;
     let body = serde_json::to_vec(req).map_err(|e| e.to_string())?;
     let request = http::Request::post(format!("{base}/replicas/predict"))
         .header("content-type", "application/json")
         .header("cluster-id", cluster_id)
         .body(Full::new(bytes::Bytes::from(body)))
         .map_err(|e| format!("building the predictor request: {e}"))?;
-    let client = Client::builder(TokioExecutor::new()).build_http::<Full<bytes::Bytes>>();
-    let response = tokio::time::timeout(TIMEOUT, client.request(request))
-        .await
-        .map_err(|_| format!("predictor {base} did not answer within {TIMEOUT:?}"))?
-        .map_err(|e| format!("predictor {base}: {e}"))?;
-    let status = response.status();
-    let bytes = response
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| format!("predictor {base}: reading the answer: {e}"))?
-        .to_bytes();
-    parse_answer(&format!("predictor {base}"), status, &bytes)
+    let who = format!("predictor {base}");
+    let (status, bytes) = plainhttp::send(&who, request, TIMEOUT).await?;
+    parse_answer(&who, status, &bytes)
 }
 
 #[cfg(test)]
