@@ -264,14 +264,7 @@ async fn an_open_page_follows_the_fleet_without_a_reload() {
     .await;
     let c = &mut clusters[0];
     let dash = Dashboard::start(env, &[]);
-    let mut page = LivePage::open(&dash.page(&format!("clusters?q=e2e%3D{id}"))).await;
-    page.wait_until(
-        "the page to follow the hub's events",
-        "document.body.dataset.live",
-        json!("on"),
-        Duration::from_secs(20),
-    )
-    .await;
+    let mut page = LivePage::open_live(&dash.page(&format!("clusters?q=e2e%3D{id}"))).await;
     let row = format!(
         "document.querySelector('tr[data-cluster=\"{}/{}\"]')?.className ?? 'missing'",
         c.dedicated, c.name

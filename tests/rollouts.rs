@@ -504,14 +504,8 @@ async fn a_change_moves_stage_by_stage_and_a_bad_one_rolls_back_on_its_own() {
     // the dashboard's rollout view, live in a real Chromium
     let dash = Dashboard::start(env, &[]);
     let mut page =
-        LivePage::open(&dash.page(&format!("subscription?namespace={}&name=app", ns.name))).await;
-    page.wait_until(
-        "the page to follow the hub's events",
-        "document.body.dataset.live",
-        json!("on"),
-        Duration::from_secs(20),
-    )
-    .await;
+        LivePage::open_live(&dash.page(&format!("subscription?namespace={}&name=app", ns.name)))
+            .await;
     let stage_two =
         "document.querySelector('tr[data-stage=\"two\"] td.state')?.textContent ?? 'missing'";
     page.wait_until(

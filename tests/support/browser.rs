@@ -229,6 +229,20 @@ impl LivePage {
         }
     }
 
+    /// [`LivePage::open`], then waits until the page follows the hub's events (the dashboard's
+    /// live updates are on).
+    pub async fn open_live(url: &str) -> LivePage {
+        let mut page = LivePage::open(url).await;
+        page.wait_until(
+            "the page to follow the hub's events",
+            "document.body.dataset.live",
+            serde_json::json!("on"),
+            Duration::from_secs(20),
+        )
+        .await;
+        page
+    }
+
     /// Evaluates `expression` until it gives `want`.
     pub async fn wait_until(
         &mut self,
