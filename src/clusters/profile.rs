@@ -248,13 +248,15 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         rt: rt.clone(),
     });
     // a profile changed or deleted by someone else: its cluster is looked at again
-    let cluster_store = clusters.store.clone();
-    let from_profiles = profiles.subscribe().filter_map(move |p| {
-        let mc = cluster_store
-            .state()
-            .into_iter()
-            .find(|mc| mc.name_any() == p.name_any());
-        futures::future::ready(mc.map(|mc| ObjectRef::from_obj(mc.as_ref())))
+    // (looked up by name, the profile's: the cache's index, not a scan of the fleet per write)
+    let by_name = clusters.index("name", |mc: &ManagedCluster| vec![mc.name_any()]);
+    let from_profiles = profiles.subscribe().flat_map(move |p| {
+        let refs: Vec<ObjectRef<ManagedCluster>> = by_name
+            .get(&p.name_any())
+            .iter()
+            .map(|mc| ObjectRef::from_obj(mc.as_ref()))
+            .collect();
+        futures::stream::iter(refs)
     });
     // a cluster that is gone takes its profile with it; the ones gone while no leader ran are
     // swept once both caches have listed

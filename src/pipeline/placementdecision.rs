@@ -15,7 +15,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use kube::api::{Api, DeleteParams};
-use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -25,6 +24,7 @@ use crate::apis::inventory::{
     ClusterDecision, ClusterProfileReference, DECISION_INDEX_LABEL, DECISION_KEY_LABEL,
     DECISIONS_PER_SLICE, PLACEMENT_KEY_LABEL, PlacementDecision,
 };
+use crate::runtime::cache::Index;
 use crate::runtime::controller::{Action, ApiFailure, Controller, ReconcileError};
 use crate::runtime::{Runtime, api_code, apply};
 
@@ -106,7 +106,8 @@ pub fn slices(sub: &Subscription, profile_ns: &str) -> Vec<Slice> {
 struct Ctx {
     rt: Runtime,
     profile_ns: String,
-    decisions: Store<PlacementDecision>,
+    /// By decision key (the Subscription's uid).
+    decisions: Index<PlacementDecision>,
 }
 
 /// Publishes PlacementDecisions until `stop` (gate `PlacementDecision`; they name ClusterProfiles,
@@ -124,7 +125,13 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     let ctx = Arc::new(Ctx {
         rt,
         profile_ns,
-        decisions: decisions.store.clone(),
+        decisions: decisions.index("decision-key", |d: &PlacementDecision| {
+            d.labels()
+                .get(DECISION_KEY_LABEL)
+                .cloned()
+                .into_iter()
+                .collect()
+        }),
     });
     // a decision changed or deleted by someone else: its Subscription is looked at again
     let from_decisions =
@@ -152,12 +159,9 @@ async fn reconcile(ctx: &Ctx, sub: Arc<Subscription>) -> Result<Action, Decision
     let api: Api<PlacementDecision> = Api::namespaced(ctx.rt.client.clone(), &ns);
     let mine: Vec<Arc<PlacementDecision>> = ctx
         .decisions
-        .state()
+        .get(&uid)
         .into_iter()
-        .filter(|d| {
-            d.namespace().as_deref() == Some(ns.as_str())
-                && d.labels().get(DECISION_KEY_LABEL) == Some(&uid)
-        })
+        .filter(|d| d.namespace().as_deref() == Some(ns.as_str()))
         .collect();
     let want = slices(&sub, &ctx.profile_ns);
     let owner = sub.controller_owner_ref(&());
