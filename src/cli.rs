@@ -153,6 +153,16 @@ pub struct RunFlags {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cluster_set: Option<String>,
+    /// Controller: the parent's address the ClusterProfiles' access providers name, as their
+    /// consumers reach it (default: the address this process reaches the parent at)
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster_profile_server: Option<String>,
+    /// Controller: CA bundle (PEM file) of that address, for the access providers (default: the
+    /// CA this process trusts the parent with)
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster_profile_ca_file: Option<String>,
 
     // --- hub ---
     /// Hub: address the aggregated API server binds to
@@ -199,6 +209,12 @@ pub struct RunFlags {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub proxy_idle_timeout: Option<String>,
+    /// Hub: a proxied request that hands over no child credentials reaches the child as its own
+    /// caller, impersonated with the cluster's child-cluster-deployer credentials (false:
+    /// upstream's behaviour, it goes anonymous)
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proxy_impersonation: Option<bool>,
 
     // --- scheduler ---
     /// Scheduler: scheduler profile file (upstream's scheduler --config)

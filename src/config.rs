@@ -119,6 +119,12 @@ pub struct Config {
     pub cluster_profile_namespace: String,
     /// Controller: the fleet's ClusterSet name.
     pub cluster_set: String,
+    /// Controller: the parent's address the ClusterProfiles' access providers name (default: the
+    /// address this process reaches the parent at).
+    pub cluster_profile_server: Option<String>,
+    /// Controller: the CA bundle (PEM file) the access providers carry for that address
+    /// (default: the CA this process trusts the parent with).
+    pub cluster_profile_ca_file: Option<String>,
 
     pub bind_address: String,
     pub secure_port: u16,
@@ -138,6 +144,10 @@ pub struct Config {
     /// byte for this long is closed (0: never).
     #[serde(with = "go_duration")]
     pub proxy_idle_timeout: Duration,
+    /// Hub: a proxied request that hands over no child credentials goes into the child as its
+    /// own caller, impersonated with the cluster's `child-cluster-deployer` credentials (hub.md
+    /// §2.3.1); false: upstream's behaviour (it goes anonymous).
+    pub proxy_impersonation: bool,
 
     pub scheduler_config: Option<String>,
 
@@ -228,6 +238,8 @@ impl Default for Config {
             system_namespace: known::CLUSTERNET_SYSTEM_NAMESPACE.to_string(),
             cluster_profile_namespace: known::CLUSTERNET_SYSTEM_NAMESPACE.to_string(),
             cluster_set: "clusternet".to_string(),
+            cluster_profile_server: None,
+            cluster_profile_ca_file: None,
             bind_address: "0.0.0.0".to_string(),
             secure_port: 443,
             tls_cert_file: None,
@@ -238,6 +250,7 @@ impl Default for Config {
             max_tunnel_sessions_per_cluster: 4,
             max_watches_per_user: 100,
             proxy_idle_timeout: Duration::from_secs(30 * 60),
+            proxy_impersonation: true,
             scheduler_config: None,
             cluster_reg_parent_url: None,
             cluster_reg_token: None,

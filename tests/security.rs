@@ -4,8 +4,9 @@
 //! user without RBAC is 403, another cluster's agent credentials are 403 on this cluster's tunnel,
 //! an admin gets through. The proxy into a child is upstream's design: the parent lets every
 //! caller through (`clusternet:system:socketsproxy`) and the child authorizes the credentials the
-//! caller hands over in its `clusternet-token` user extra, so without them the child says 403 to
-//! everyone and with them the child says 200. Straight at the hub's own port (skipping the
+//! caller hands over in its `clusternet-token` user extra, or, without them, the caller itself
+//! (impersonated by the hub), so here the child says 403 to everyone without them (no caller is
+//! granted anything in the child) and 200 with them. Straight at the hub's own port (skipping the
 //! aggregator), no credentials and a bad token are 401.
 
 mod support;
@@ -117,7 +118,9 @@ fn matrix() -> Vec<Row> {
             None,
             [Some(403), Some(401), Some(403), Some(403), Some(200)],
         ),
-        // the parent passes everyone on; the child, with no credentials handed over, refuses
+        // the parent passes everyone on; with no credentials handed over the hub goes in as the
+        // caller (hub.md §2.3.1: its name and groups, never the parent's system:masters), whom the
+        // child's RBAC grants nothing, and the anonymous caller stays anonymous
         row(
             "proxy direct, no child credentials",
             "GET",

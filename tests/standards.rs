@@ -538,6 +538,11 @@ async fn cluster_profiles_follow_the_fleet() {
         String::from_utf8_lossy(&refused.stderr)
     );
 
+    // a consumer with nothing but a profile and a parent identity of its own reaches each child
+    for (i, c) in clusters.iter().enumerate() {
+        reach_through_the_access_provider(env, &profiles, &c.name, i + 1).await;
+    }
+
     // deregistered: its profile goes, the other stays
     clusters[0].kill_agent();
     Api::<ManagedCluster>::namespaced(parent.clone(), &clusters[0].dedicated)
@@ -564,6 +569,134 @@ async fn cluster_profiles_follow_the_fleet() {
         other.labels().get("clusters.clusternet.io/cluster-id"),
         Some(&ids[1])
     );
+}
+
+/// What a ClusterProfile consumer does (KEP-5339, as the SIG's `credentials` library does): its
+/// provider file maps access provider `clusternet` to `kubectl clusternet credentials`; the
+/// kubeconfig is built from nothing but the profile's access provider (server, CA data, the
+/// exec-plugin extension) and that exec config. The consumer is a parent ServiceAccount: the
+/// child refuses it by name until the child's RBAC grants it, then kubectl lists the child's
+/// `kube-system` through the hub and the agent's tunnel.
+async fn reach_through_the_access_provider(
+    env: &TestEnv,
+    profiles: &Api<clusternet::apis::inventory::ClusterProfile>,
+    profile: &str,
+    child: usize,
+) {
+    use k8s_openapi::api::authentication::v1::TokenRequest;
+    use k8s_openapi::api::core::v1::ServiceAccount;
+
+    let parent = env.parent().await;
+    let consumers = TestNamespace::create(&parent, &env.parent_kubeconfig(), "consumer").await;
+    let user = format!("system:serviceaccount:{}:multikueue", consumers.name);
+    let sas: Api<ServiceAccount> = Api::namespaced(parent.clone(), &consumers.name);
+    sas.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "multikueue"}})).expect("SA"),
+    )
+    .await
+    .expect("creating the consumer's ServiceAccount");
+    let request: TokenRequest =
+        serde_json::from_value(json!({"spec": {"expirationSeconds": 3600}})).expect("request");
+    let token = sas
+        .create_token_request("multikueue", &PostParams::default(), &request)
+        .await
+        .expect("a token")
+        .status
+        .and_then(|s| s.token)
+        .expect("a token in the status");
+    let dir = tempfile::tempdir().expect("a directory");
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, token).expect("writing the token");
+
+    let p = wait_for(
+        &format!("the access provider of {profile}"),
+        Duration::from_secs(30),
+        || async {
+            let p = profiles.get(profile).await.map_err(|e| e.to_string())?;
+            p.status
+                .and_then(|s| {
+                    s.access_providers
+                        .into_iter()
+                        .find(|a| a.name == "clusternet")
+                })
+                .ok_or_else(|| "no access provider yet".to_string())
+        },
+    )
+    .await;
+    assert!(
+        p.cluster
+            .server
+            .contains("/apis/proxies.clusternet.io/v1alpha1/sockets/")
+            && p.cluster.certificate_authority_data.is_some(),
+        "{p:?}"
+    );
+    // the consumer's provider file (the SIG's format) and the kubeconfig built from the two
+    let providers = json!({"providers": [{"name": "clusternet", "execConfig": {
+        "apiVersion": "client.authentication.k8s.io/v1",
+        "command": support::clusternet_bin(),
+        "args": ["kubectl-clusternet", "credentials", "--token-file", token_file],
+        "provideClusterInfo": true, "interactiveMode": "Never"}}]});
+    let exec = providers["providers"][0]["execConfig"].clone();
+    let kubeconfig = json!({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": profile, "cluster": p.cluster}],
+        "users": [{"name": "consumer", "user": {"exec": exec}}],
+        "contexts": [{"name": profile, "context": {"cluster": profile, "user": "consumer"}}],
+        "current-context": profile,
+    });
+    let kubeconfig_file = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig_file, kubeconfig.to_string()).expect("writing the kubeconfig");
+    let kubectl = |args: &[&str]| {
+        Command::new(env.bin("kubectl"))
+            .arg("--kubeconfig")
+            .arg(&kubeconfig_file)
+            .args(args)
+            // nothing of the test's own configuration may help
+            .env_remove("KUBECONFIG")
+            .output()
+            .expect("kubectl")
+    };
+
+    let refused = kubectl(&["get", "namespace", "kube-system", "-o", "name"]);
+    let said = String::from_utf8_lossy(&refused.stderr).to_string();
+    assert!(
+        !refused.status.success() && said.contains("forbidden") && said.contains(&user),
+        "the child decides, for the consumer's own name: {said}"
+    );
+    let child_client = env.child(child).await;
+    let binding = format!("consumer-{}", consumers.name);
+    let ar = kube::core::ApiResource::erase::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>(&());
+    Api::<kube::core::DynamicObject>::all_with(child_client.clone(), &ar)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": binding},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]
+            }))
+            .expect("ClusterRoleBinding"),
+        )
+        .await
+        .expect("granting the consumer in the child");
+    let listed = wait_for(
+        &format!("kubectl through {profile}'s access provider"),
+        Duration::from_secs(30),
+        || async {
+            let out = kubectl(&["get", "namespace", "kube-system", "-o", "name"]);
+            if out.status.success() {
+                Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+            } else {
+                Err(String::from_utf8_lossy(&out.stderr).to_string())
+            }
+        },
+    )
+    .await;
+    assert_eq!(listed, "namespace/kube-system");
+    let _ = Api::<kube::core::DynamicObject>::all_with(child_client, &ar)
+        .delete(&binding, &Default::default())
+        .await;
 }
 
 /// A PlacementDecision per Subscription (KEP-5313, gate PlacementDecision, on in this binary's

@@ -30,9 +30,9 @@ use tracing::{info, warn};
 
 use crate::apis::clusters::CONDITION_READY;
 use crate::apis::inventory::{
-    CLUSTER_MANAGER, CLUSTER_MANAGER_LABEL, CLUSTER_SET_LABEL, CONDITION_CONTROL_PLANE_HEALTHY,
-    ClusterManager, ClusterProfile, ClusterProfileSpec, ClusterProfileStatus, ClusterVersion,
-    Property,
+    AccessProvider, CLUSTER_MANAGER, CLUSTER_MANAGER_LABEL, CLUSTER_SET_LABEL,
+    CONDITION_CONTROL_PLANE_HEALTHY, ClusterManager, ClusterProfile, ClusterProfileSpec,
+    ClusterProfileStatus, ClusterVersion, KubeconfigCluster, NamedExtension, Property,
 };
 use crate::apis::{ManagedCluster, known};
 use crate::kube_ext::condition::{Said, condition};
@@ -48,6 +48,44 @@ pub const PROPERTY_CLUSTER_ID: &str = "cluster.clusterset.k8s.io";
 pub const PROPERTY_CLUSTER_SET: &str = "clusterset.k8s.io";
 /// The condition saying the cluster joined the fleet (as OCM and KubeFleet publish it).
 pub const CONDITION_JOINED: &str = "Joined";
+/// The access provider's name: a consumer's provider file maps it to `kubectl clusternet
+/// credentials` (KEP-5339).
+pub const ACCESS_PROVIDER: &str = "clusternet";
+/// The kubeconfig extension client-go hands to an exec plugin as `spec.cluster.config`
+/// (`provideClusterInfo: true`), reserved by SIG Auth.
+pub const EXEC_EXTENSION: &str = "client.authentication.k8s.io/exec";
+
+/// Where consumers reach the parent: the base of every access provider's server.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Access {
+    /// The parent's URL (`https://host:port[/prefix]`).
+    pub server: String,
+    /// The CA bundle (PEM) that server is verified with; `None`: the consumer's system roots.
+    pub ca_pem: Option<String>,
+}
+
+impl Access {
+    /// The access provider of cluster `id` (named `name`): the hub's socket proxy of that
+    /// cluster, `direct` to its API server, through the agent's tunnel (hub.md §2.3.1).
+    pub fn provider(&self, id: &str, name: &str) -> Option<AccessProvider> {
+        let path = crate::runtime::child::socket_proxy_path(id, "direct").ok()?;
+        Some(AccessProvider {
+            name: ACCESS_PROVIDER.into(),
+            cluster: KubeconfigCluster {
+                server: format!("{}{path}", self.server.trim_end_matches('/')),
+                certificate_authority_data: self
+                    .ca_pem
+                    .as_ref()
+                    .map(|p| k8s_openapi::ByteString(p.as_bytes().to_vec())),
+                extensions: vec![NamedExtension {
+                    name: EXEC_EXTENSION.into(),
+                    extension: json!({"clusterID": id, "clusterName": name}),
+                }],
+                ..Default::default()
+            },
+        })
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProfileError {
@@ -68,6 +106,7 @@ struct Ctx {
     events: Events,
     namespace: String,
     profiles: Store<ClusterProfile>,
+    access: Option<Access>,
 }
 
 /// What a ClusterProfile must be: its labels, spec and status.
@@ -84,6 +123,7 @@ pub struct Desired {
 pub fn desired(
     mc: &ManagedCluster,
     cluster_set: &str,
+    access: Option<&Access>,
     previous: Option<&ClusterProfileStatus>,
     now: Timestamp,
 ) -> Desired {
@@ -189,6 +229,10 @@ pub fn desired(
                 kubernetes: st.k8s_version.clone(),
             },
             properties,
+            access_providers: access
+                .and_then(|a| a.provider(&mc.spec.cluster_id, &name))
+                .into_iter()
+                .collect(),
             ..Default::default()
         },
         labels,
@@ -245,6 +289,7 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
         ),
         namespace: namespace.clone(),
         profiles: profiles.store.clone(),
+        access: access(&rt).await,
         rt: rt.clone(),
     });
     // a profile changed or deleted by someone else: its cluster is looked at again
@@ -293,6 +338,48 @@ pub async fn run(rt: Runtime, stop: CancellationToken) {
     sweeper.abort();
 }
 
+/// Where the profiles' consumers reach the parent: `--cluster-profile-server` and
+/// `--cluster-profile-ca-file`, each defaulting to how this process reaches the parent. `None`
+/// (no access providers, said in the log) when neither can be known.
+async fn access(rt: &Runtime) -> Option<Access> {
+    let own = match crate::runtime::kube_config_for(&rt.config).await {
+        Ok(c) => Some(c),
+        Err(e) => {
+            warn!(error = %e, "cannot read this process's parent connection settings");
+            None
+        }
+    };
+    let server = match (&rt.config.cluster_profile_server, &own) {
+        (Some(s), _) if !s.is_empty() => s.clone(),
+        (_, Some(c)) => c.cluster_url.to_string(),
+        _ => {
+            warn!(
+                "the ClusterProfiles carry no access provider: set --cluster-profile-server to the parent's address"
+            );
+            return None;
+        }
+    };
+    let ca_pem = match &rt.config.cluster_profile_ca_file {
+        Some(path) if !path.is_empty() => match std::fs::read_to_string(path) {
+            Ok(pem) => Some(pem),
+            Err(e) => {
+                warn!(path, error = %e, "cannot read --cluster-profile-ca-file: the ClusterProfiles carry no access provider");
+                return None;
+            }
+        },
+        _ => own
+            .as_ref()
+            .and_then(|c| c.root_cert.as_ref())
+            .map(|ders| crate::runtime::certs::certificates_pem(ders)),
+    };
+    info!(
+        server,
+        ca = ca_pem.is_some(),
+        "ClusterProfiles name the parent's socket proxy as their access provider"
+    );
+    Some(Access { server, ca_pem })
+}
+
 /// The ClusterSet label on the profiles' namespace (KEP-4322: the namespace groups a ClusterSet).
 async fn label_namespace(rt: &Runtime, namespace: &str) {
     let api: Api<Namespace> = Api::all(rt.client.clone());
@@ -339,6 +426,7 @@ async fn reconcile(ctx: &Ctx, mc: Arc<ManagedCluster>) -> Result<Action, Profile
     let want = desired(
         &mc,
         &ctx.rt.config.cluster_set,
+        ctx.access.as_ref(),
         existing.as_ref().and_then(|p| p.status.as_ref()),
         Timestamp::now(),
     );
@@ -457,7 +545,7 @@ mod tests {
     #[test]
     fn a_cluster_is_published_with_the_keps_names() {
         let t0 = Timestamp::from_second(1_000).expect("time");
-        let d = desired(&mc(Some("True")), "fleet", None, t0);
+        let d = desired(&mc(Some("True")), "fleet", None, None, t0);
         assert_eq!(d.name, "child1");
         assert_eq!(d.spec.cluster_manager.name, "clusternet");
         assert_eq!(d.labels[CLUSTER_MANAGER_LABEL], "clusternet");
@@ -483,10 +571,10 @@ mod tests {
     fn nothing_changes_on_a_heartbeat_and_health_follows_ready() {
         let t0 = Timestamp::from_second(1_000).expect("time");
         let t1 = Timestamp::from_second(2_000).expect("time");
-        let first = desired(&mc(Some("True")), "fleet", None, t0);
-        let again = desired(&mc(Some("True")), "fleet", Some(&first.status), t1);
+        let first = desired(&mc(Some("True")), "fleet", None, None, t0);
+        let again = desired(&mc(Some("True")), "fleet", None, Some(&first.status), t1);
         assert_eq!(first, again, "the same cluster later: the same profile");
-        let lost = desired(&mc(Some("Unknown")), "fleet", Some(&first.status), t1);
+        let lost = desired(&mc(Some("Unknown")), "fleet", None, Some(&first.status), t1);
         let c = &lost.status.conditions[0];
         assert_eq!(
             (c.status.as_str(), &c.last_transition_time),
@@ -494,13 +582,50 @@ mod tests {
         );
         // the properties did not change: their times stay
         assert_eq!(lost.status.properties, first.status.properties);
-        let never = desired(&mc(None), "fleet", None, t0);
+        let never = desired(&mc(None), "fleet", None, None, t0);
         assert_eq!(never.status.conditions[0].status, "Unknown");
     }
 
     #[test]
+    fn the_access_provider_is_the_hubs_proxy_of_the_cluster() {
+        let access = Access {
+            server: "https://parent.example:6443/".into(),
+            ca_pem: Some("-----BEGIN CERTIFICATE-----\n".into()),
+        };
+        let d = desired(
+            &mc(Some("True")),
+            "fleet",
+            Some(&access),
+            None,
+            Timestamp::UNIX_EPOCH,
+        );
+        let [p] = d.status.access_providers.as_slice() else {
+            panic!("one access provider: {:?}", d.status.access_providers);
+        };
+        assert_eq!(p.name, "clusternet");
+        assert_eq!(
+            p.cluster.server,
+            "https://parent.example:6443/apis/proxies.clusternet.io/v1alpha1/sockets/id-1/proxy/direct"
+        );
+        assert!(p.cluster.certificate_authority_data.is_some());
+        assert_eq!(p.cluster.extensions[0].name, EXEC_EXTENSION);
+        assert_eq!(p.cluster.extensions[0].extension["clusterID"], "id-1");
+        // a cluster ID that cannot be one path segment gets no provider
+        let mut odd = mc(None);
+        odd.spec.cluster_id = "../x".into();
+        let d = desired(&odd, "fleet", Some(&access), None, Timestamp::UNIX_EPOCH);
+        assert!(d.status.access_providers.is_empty());
+    }
+
+    #[test]
     fn a_profile_of_the_same_name_may_belong_to_another_cluster() {
-        let d = desired(&mc(Some("True")), "fleet", None, Timestamp::UNIX_EPOCH);
+        let d = desired(
+            &mc(Some("True")),
+            "fleet",
+            None,
+            None,
+            Timestamp::UNIX_EPOCH,
+        );
         let mut p = ClusterProfile::new(&d.name, d.spec.clone());
         p.metadata.labels = Some(d.labels.clone());
         assert!(belongs_to(&p, &mc(None)));

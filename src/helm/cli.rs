@@ -503,7 +503,7 @@ fn parse_release(meta: &[u8], status: &[u8]) -> Result<Release, HelmError> {
 pub fn kubeconfig_for(cfg: &kube::Config) -> Result<Vec<u8>, HelmError> {
     use base64::Engine;
     let ca = cfg.root_cert.as_ref().map(|ders| {
-        let pem: String = ders.iter().map(|d| der_to_pem(d)).collect();
+        let pem = crate::runtime::certs::certificates_pem(ders);
         base64::engine::general_purpose::STANDARD.encode(pem)
     });
     let mut cluster = serde_json::json!({"server": cfg.cluster_url.to_string()});
@@ -531,18 +531,6 @@ pub fn kubeconfig_for(cfg: &kube::Config) -> Result<Vec<u8>, HelmError> {
         command: "kubeconfig".into(),
         message: e.to_string(),
     })
-}
-
-fn der_to_pem(der: &[u8]) -> String {
-    use base64::Engine;
-    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
-    let mut pem = String::from("-----BEGIN CERTIFICATE-----\n");
-    for chunk in b64.as_bytes().chunks(64) {
-        pem.push_str(&String::from_utf8_lossy(chunk));
-        pem.push('\n');
-    }
-    pem.push_str("-----END CERTIFICATE-----\n");
-    pem
 }
 
 /// Helm's RFC 3339 time as Go's `time.Time.String()` (upstream's status format), e.g.

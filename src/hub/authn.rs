@@ -257,6 +257,13 @@ pub struct ChildIdentity {
     pub headers: Vec<(String, String)>,
 }
 
+impl ChildIdentity {
+    /// Nothing handed over: no credentials and no child impersonation.
+    pub fn is_empty(&self) -> bool {
+        self.bearer.is_none() && self.client_cert.is_none() && self.headers.is_empty()
+    }
+}
+
 pub fn child_identity(extra: &BTreeMap<String, Vec<String>>) -> Result<ChildIdentity, ApiError> {
     let lower = |s: &str| s.to_ascii_lowercase();
     let get = |k: &str| extra.get(&lower(k)).and_then(|v| v.first()).cloned();

@@ -65,6 +65,10 @@ pub struct Hub {
     pub socket_connection: bool,
     /// Open watches per user, capped by `--max-watches-per-user`.
     pub watches: Arc<limits::WatchLimits>,
+    /// Every cluster's `child-cluster-deployer` Secret, for proxied requests that hand over no
+    /// child credentials (`None` with `--proxy-impersonation=false`).
+    pub deployer_secrets:
+        Option<kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Secret>>,
 }
 
 impl Hub {
@@ -166,6 +170,11 @@ pub async fn start(rt: &Runtime) -> Result<(Arc<Hub>, SocketAddr), HubError> {
         placement: placement::PlacementApi::new(rt),
         socket_connection: cfg.gate(known::SOCKET_CONNECTION),
         watches: limits::WatchLimits::new(cfg.max_watches_per_user),
+        deployer_secrets: cfg.proxy_impersonation.then(|| {
+            rt.cache
+                .watch_named::<k8s_openapi::api::core::v1::Secret>(known::CHILD_CLUSTER_SECRET_NAME)
+                .store
+        }),
     });
     {
         // clusternet_tunnel_connected{cluster}: 1 while the cluster's agent holds a tunnel here

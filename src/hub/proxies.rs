@@ -380,7 +380,10 @@ async fn proxy(
     let cluster = find_cluster(hub, cluster_id)?;
     let status = cluster.status.clone().unwrap_or_default();
     let target = target(proxy_path, &status.apiserver_url)?;
-    let identity = child_identity(&user.extra)?;
+    let identity = match child_identity(&user.extra)? {
+        id if id.is_empty() => as_the_caller(hub, &cluster, user).await?.unwrap_or(id),
+        id => id,
+    };
     let upgrade_requested = req.headers().contains_key(header::UPGRADE);
     // a watch counts against its user until its response body is gone
     let watch_guard = (!upgrade_requested
@@ -421,6 +424,89 @@ async fn proxy(
     let what = format!("{cluster_id} {}", target.authority);
     let body = limits::idle_limited(boxed(body), idle, what, watch_guard);
     Ok(Response::from_parts(parts, body))
+}
+
+/// A request that hands over no child credentials (hub.md §2.3.1): with `--proxy-impersonation`
+/// (the default) it reaches the child as its own caller, sent with the cluster's
+/// `child-cluster-deployer` token and impersonating the caller's name and groups, so the child's
+/// RBAC decides what the parent's user may do there. This is how a ClusterProfile's access
+/// provider reaches a child with nothing but parent credentials (standards.md §1.3). `None`:
+/// the request goes on as upstream sends it, anonymous (the impersonation is off, or the caller
+/// is anonymous itself).
+async fn as_the_caller(
+    hub: &Hub,
+    cluster: &ManagedCluster,
+    user: &UserInfo,
+) -> Result<Option<ChildIdentity>, ApiError> {
+    let Some(secrets) = &hub.deployer_secrets else {
+        return Ok(None);
+    };
+    let Some(headers) = impersonation_of(user) else {
+        return Ok(None);
+    };
+    let ns = cluster.metadata.namespace.clone().unwrap_or_default();
+    let cached = secrets.get(
+        &kube::runtime::reflector::ObjectRef::new(known::CHILD_CLUSTER_SECRET_NAME).within(&ns),
+    );
+    let secret = match cached {
+        Some(s) => Some(s),
+        // one the cache has not seen yet (a cluster that just registered)
+        None => {
+            kube::Api::<k8s_openapi::api::core::v1::Secret>::namespaced(hub.rt.client.clone(), &ns)
+                .get_opt(known::CHILD_CLUSTER_SECRET_NAME)
+                .await
+                .map_err(|e| {
+                    ApiError::unavailable(format!(
+                        "reading Secret {ns}/{}: {e}",
+                        known::CHILD_CLUSTER_SECRET_NAME
+                    ))
+                })?
+                .map(Arc::new)
+        }
+    };
+    let token = secret
+        .as_ref()
+        .and_then(|s| s.data.as_ref())
+        .and_then(|d| d.get("token"))
+        .map(|t| String::from_utf8_lossy(&t.0).trim().to_string())
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| {
+            ApiError::unavailable(format!(
+                "cluster {} has no child-cluster-deployer credentials in {ns} yet, so the hub \
+                 cannot act as you in it: hand over child credentials (user extra \
+                 clusternet-token) or wait for its agent to publish them",
+                cluster.spec.cluster_id
+            ))
+        })?;
+    Ok(Some(ChildIdentity {
+        bearer: Some(token),
+        client_cert: None,
+        headers,
+    }))
+}
+
+/// The impersonation headers that make the child see `user`: its name and its groups, minus the
+/// groups that mean something of the parent's own (`system:masters`, `system:nodes`, ...: a
+/// parent administrator is not made one in every child) and the ones the child adds itself.
+/// Service-account groups are kept: they name a namespace's identities, which RBAC grants to.
+/// `None` for an anonymous caller, who stays anonymous.
+pub fn impersonation_of(user: &UserInfo) -> Option<Vec<(String, String)>> {
+    if user.name.is_empty()
+        || user.name == "system:anonymous"
+        || user.groups.iter().any(|g| g == "system:unauthenticated")
+    {
+        return None;
+    }
+    let mut headers = vec![("Impersonate-User".to_string(), user.name.clone())];
+    for g in &user.groups {
+        let kept = !g.starts_with("system:")
+            || g == "system:serviceaccounts"
+            || g.starts_with("system:serviceaccounts:");
+        if kept {
+            headers.push(("Impersonate-Group".to_string(), g.clone()));
+        }
+    }
+    Some(headers)
 }
 
 fn find_cluster(hub: &Hub, cluster_id: &str) -> Result<Arc<ManagedCluster>, ApiError> {
@@ -485,6 +571,50 @@ fn forwarded_headers(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_caller_is_impersonated_without_the_parents_own_groups() {
+        let user = |name: &str, groups: &[&str]| UserInfo {
+            name: name.into(),
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+            ..Default::default()
+        };
+        let sa = user(
+            "system:serviceaccount:kueue-system:kueue",
+            &[
+                "system:serviceaccounts",
+                "system:serviceaccounts:kueue-system",
+                "system:authenticated",
+            ],
+        );
+        assert_eq!(
+            impersonation_of(&sa),
+            Some(vec![
+                ("Impersonate-User".into(), sa.name.clone()),
+                ("Impersonate-Group".into(), "system:serviceaccounts".into()),
+                (
+                    "Impersonate-Group".into(),
+                    "system:serviceaccounts:kueue-system".into()
+                ),
+            ])
+        );
+        let admin = user(
+            "kubernetes-admin",
+            &["system:masters", "team-a", "system:authenticated"],
+        );
+        assert_eq!(
+            impersonation_of(&admin),
+            Some(vec![
+                ("Impersonate-User".into(), "kubernetes-admin".into()),
+                ("Impersonate-Group".into(), "team-a".into()),
+            ]),
+            "a parent administrator is not an administrator of every child"
+        );
+        assert_eq!(
+            impersonation_of(&user("system:anonymous", &["system:unauthenticated"])),
+            None
+        );
+    }
 
     #[test]
     fn direct_goes_to_the_api_server_url() {

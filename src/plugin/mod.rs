@@ -15,6 +15,7 @@
 //! The exit code is kubectl's; the plugin's own failures print one `error: ...` line and exit 1.
 
 pub mod args;
+pub mod credentials;
 pub mod dashboard;
 pub mod kubeconfig;
 pub mod placement;
@@ -59,6 +60,8 @@ pub enum PluginError {
     Dashboard(String),
     #[error("{0}")]
     Rollout(String),
+    #[error("{0}")]
+    Credentials(String),
     #[error("cannot start the tokio runtime: {0}")]
     Runtime(#[source] std::io::Error),
     #[error("cannot run {path}: {source}")]
@@ -105,6 +108,7 @@ pub fn complete(args: &[OsString]) -> String {
             "version",
             "placement",
             "dashboard",
+            "credentials",
             "get",
             "describe",
             "apply",
@@ -164,6 +168,9 @@ fn run(args: &[OsString]) -> Result<ExitCode, PluginError> {
     }
     if args::subcommand(&inv.kubectl_args) == Some(OsStr::new("dashboard")) {
         return run_dashboard(&inv);
+    }
+    if args::subcommand(&inv.kubectl_args) == Some(OsStr::new("credentials")) {
+        return run_credentials(&inv);
     }
     if args::subcommand(&inv.kubectl_args) == Some(OsStr::new("rollout"))
         && rollout::is_subscription_target(&inv.kubectl_args)
@@ -238,6 +245,19 @@ fn run_dashboard(inv: &Invocation) -> Result<ExitCode, PluginError> {
             .await
             .map_err(PluginError::Dashboard)
     })
+}
+
+/// `kubectl clusternet credentials`: an exec credential plugin for ClusterProfile access
+/// providers; what it prints is for client-go, not for a person.
+fn run_credentials(inv: &Invocation) -> Result<ExitCode, PluginError> {
+    let rest = match own_command(inv, "credentials", credentials::USAGE) {
+        Ok(rest) => rest,
+        Err(done) => return done.map_err(PluginError::Credentials),
+    };
+    let wanted = credentials::parse(&rest)
+        .map_err(|e| PluginError::Credentials(format!("{e}\n\n{}", credentials::USAGE)))?;
+    let out = credentials::run(&wanted, &inv.config).map_err(PluginError::Credentials)?;
+    Ok(crate::emit(&out))
 }
 
 /// `kubectl clusternet rollout VERB subscription/NAME`: a Subscription's revisions.
@@ -328,6 +348,8 @@ Plugin commands:
                                        nothing (see `kubectl clusternet placement --help`)
   dashboard [--port N] [--no-browser]  open the fleet's dashboard, read with your credentials
                                        (see `kubectl clusternet dashboard --help`)
+  credentials [--token-file FILE]      exec credential plugin of ClusterProfile access providers
+                                       (see `kubectl clusternet credentials --help`)
   rollout history subscription/NAME    a Subscription's revisions and what changed in each
                                        (see `kubectl clusternet rollout subscription --help`)
 

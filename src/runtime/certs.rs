@@ -122,6 +122,18 @@ fn common_name(name: &[u8]) -> Option<String> {
 }
 
 /// The facts of every certificate in a PEM bundle, in order.
+/// DER certificates as one PEM bundle (`\n` line ends, as kubeconfig CA data is written).
+pub fn certificates_pem(ders: &[Vec<u8>]) -> String {
+    let pems: Vec<pem::Pem> = ders
+        .iter()
+        .map(|d| pem::Pem::new("CERTIFICATE", d.clone()))
+        .collect();
+    pem::encode_many_config(
+        &pems,
+        pem::EncodeConfig::new().set_line_ending(pem::LineEnding::LF),
+    )
+}
+
 pub fn parse_pem(pem: &[u8], what: &str) -> Result<Vec<CertInfo>, CertError> {
     let ders: Vec<_> = rustls_pemfile::certs(&mut &pem[..])
         .filter_map(Result::ok)
