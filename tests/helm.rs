@@ -486,6 +486,26 @@ async fn charts_from_a_repository_and_a_registry_are_released_in_every_pull_chil
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
+    // each HelmRelease and Description says Ready for its own generation (kstatus: Current)
+    for c in &clusters {
+        for hr in releases_in(&parent, c).await {
+            let st = hr.status.clone().unwrap_or_default();
+            assert_eq!(
+                st.observed_generation,
+                hr.metadata.generation,
+                "HelmRelease {}",
+                hr.name_any()
+            );
+            assert!(
+                st.conditions.iter().any(|c| c.type_ == "Ready"
+                    && c.status == "True"
+                    && c.observed_generation == hr.metadata.generation),
+                "HelmRelease {}: {:?}",
+                hr.name_any(),
+                st.conditions
+            );
+        }
+    }
     for i in [1, 2] {
         let list = helm_list(env, i, &web_ns);
         let web = list.iter().find(|r| r.0 == "web").expect("web released");

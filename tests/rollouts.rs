@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::{Value, json};
 use support::browser::{Dashboard, LivePage};
-use support::{TestEnv, TestNamespace, register, uid, wait_for};
+use support::{NEVER_READY_IMAGE, TestEnv, TestNamespace, register, uid, wait_for};
 
 /// What a child runs: the Deployment's pod template, as JSON (None while it has none).
 async fn template(child: &kube::Client, ns: &str) -> Option<Value> {
@@ -350,9 +350,10 @@ async fn a_change_moves_stage_by_stage_and_a_bad_one_rolls_back_on_its_own() {
     let good = rec.history(0).last().cloned().expect("child 1's template");
     drop(rec);
 
-    // a revision whose pods can never be scheduled: it stops at child 1 and is rolled back
+    // a revision whose pods never become ready (kwok leaves them Pending): it stops at child 1
+    // and is rolled back
     let rec = app.recorder();
-    apply("nginx:1.28", Some("no-such-node: \"true\""));
+    apply(NEVER_READY_IMAGE, None);
     let back = wait_rollout(
         subs,
         "revision 3 rolled back",
@@ -381,13 +382,13 @@ async fn a_change_moves_stage_by_stage_and_a_bad_one_rolls_back_on_its_own() {
     )
     .await;
     assert!(
-        rec.first(0, "nginx:1.28").is_some(),
+        rec.first(0, NEVER_READY_IMAGE).is_some(),
         "child 1 ran the bad revision: {:?}",
         rec.history(0)
     );
     for i in [1, 2] {
         assert_eq!(
-            rec.first(i, "nginx:1.28"),
+            rec.first(i, NEVER_READY_IMAGE),
             None,
             "child {} saw the bad revision: {:?}",
             i + 1,

@@ -4,8 +4,8 @@
 //! kstatus (sigs.k8s.io/cli-utils, what Flux's health checks run, built by tests/env/k8s-bin.sh)
 //! judges a Subscription: `Current` once both children run its Deployment available,
 //! `InProgress` while a change is on its way, `Failed` when a child's Deployment cannot become
-//! available (its pods stay Pending: no node matches their selector, and the Deployment passes
-//! its progress deadline); `kubectl wait --for=condition=Ready` returns when, and only when, the
+//! available (its pods stay Pending: the test environment's kwok never makes that image's pods
+//! ready, and the Deployment passes its progress deadline); `kubectl wait --for=condition=Ready` returns when, and only when, the
 //! children run it.
 
 mod support;
@@ -92,6 +92,17 @@ impl Kstatus {
             String::from_utf8_lossy(&got.stderr)
         );
         got.stdout
+    }
+
+    /// kstatus's status and message of an object's JSON.
+    fn kstatus_of(&self, json: &[u8]) -> (String, String) {
+        let line = pipe(&self.bin, &[], json);
+        let mut parts = line.splitn(3, ' ');
+        let _ = parts.next();
+        (
+            parts.next().unwrap_or_default().to_string(),
+            parts.next().unwrap_or_default().to_string(),
+        )
     }
 
     /// kstatus's status and message of the Subscription, read live with kubectl, and what Argo
@@ -291,12 +302,21 @@ async fn kstatus_and_kubectl_wait_see_the_fleet_as_it_is() {
         list.items
             .iter()
             .map(|d| {
-                ks.argo(
-                    "apps.clusternet.io/Description",
-                    "descriptions.apps.clusternet.io",
-                    &d.namespace().unwrap_or_default(),
-                    &d.name_any(),
-                )
+                let (ns, name) = (d.namespace().unwrap_or_default(), d.name_any());
+                // one read for both judges: kstatus reads the Description's own Ready/Stalled,
+                // and agrees with Argo CD's script
+                let json = ks.live("descriptions.apps.clusternet.io", &ns, &name);
+                let argo = ks.argo_of("apps.clusternet.io/Description", &json);
+                let (kstatus, said) = ks.kstatus_of(&json);
+                let agree = matches!(
+                    (kstatus.as_str(), argo.0.as_str()),
+                    ("Current", "Healthy") | ("InProgress", "Progressing") | ("Failed", "Degraded")
+                );
+                assert!(
+                    agree,
+                    "Description {ns}/{name}: kstatus {kstatus} ({said}), Argo CD {argo:?}"
+                );
+                argo
             })
             .collect::<Vec<_>>()
     };
@@ -313,10 +333,11 @@ async fn kstatus_and_kubectl_wait_see_the_fleet_as_it_is() {
         assert_eq!(status, "Healthy", "{message}");
     }
 
-    // a change whose pods can never run: InProgress while it is on its way, Failed once the
-    // children's Deployments pass their 10 s progress deadline
+    // a change whose pods never become ready (a kwok stage leaves the image's pods Pending):
+    // InProgress while it is on its way, Failed once the children's Deployments pass their 10 s
+    // progress deadline
     let t0 = Instant::now();
-    apply("nginx:1.27", Some("no-such-node: here"));
+    apply(support::NEVER_READY_IMAGE, None);
     let seen = ks
         .wait(&ns.name, "InProgress", Duration::from_secs(60))
         .await;
@@ -828,8 +849,19 @@ async fn the_agent_names_its_cluster_with_cluster_properties() {
         // left by earlier agents of this child
         let _ = props.delete(name, &DeleteParams::default()).await;
     }
-    let parent = env.parent().await;
+    // a property of another tool in the child: the parent's profile carries it too
     let id = uid();
+    let zone = json!({"apiVersion": "about.k8s.io/v1beta1", "kind": "ClusterProperty",
+        "metadata": {"name": "zone.clusternet.test"}, "spec": {"value": format!("zone-{id}")}});
+    props
+        .patch(
+            "zone.clusternet.test",
+            &kube::api::PatchParams::apply("e2e-other-tool").force(),
+            &kube::api::Patch::Apply(&zone),
+        )
+        .await
+        .expect("another tool's property");
+    let parent = env.parent().await;
     let mut clusters = register(env, &id, &[3], "Pull", &[]).await;
     let cluster_id = support::cluster_id(&parent, &clusters[0]).await;
     let value = |name: &'static str| {
@@ -875,13 +907,24 @@ async fn the_agent_names_its_cluster_with_cluster_properties() {
         .output()
         .expect("kubectl get");
     assert_eq!(String::from_utf8_lossy(&alpha.stdout), cluster_id);
-    // the parent's ClusterProfile says the same
-    let profile = wait_for("the ClusterProfile", Duration::from_secs(60), || async {
-        Api::<ClusterProfile>::namespaced(parent.clone(), "clusternet-system")
+    // the parent's ClusterProfile says the same, and carries the child's other properties
+    let zone_value = format!("zone-{id}");
+    let profile = wait_for("the ClusterProfile", Duration::from_secs(90), || async {
+        let p = Api::<ClusterProfile>::namespaced(parent.clone(), "clusternet-system")
             .get_opt(&clusters[0].name)
             .await
             .map_err(|e| e.to_string())?
-            .ok_or_else(|| "not yet".to_string())
+            .ok_or_else(|| "not yet".to_string())?;
+        let has_zone = p
+            .status
+            .iter()
+            .flat_map(|s| s.properties.iter())
+            .any(|p| p.name == "zone.clusternet.test" && p.value == zone_value);
+        if has_zone {
+            Ok(p)
+        } else {
+            Err(format!("no zone.clusternet.test yet: {:?}", p.status))
+        }
     })
     .await;
     assert!(

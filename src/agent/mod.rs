@@ -57,9 +57,11 @@ pub async fn lead(rt: &Runtime, lease_uid: &str, stop: CancellationToken) {
     info!(cluster_id = %cluster_id, "cluster ID (UID of the agent Lease)");
     // the About API's ClusterProperties in this cluster, for as long as this agent leads
     let about = stop.child_token();
+    let (properties_tx, properties) = tokio::sync::watch::channel(Vec::new());
     tokio::spawn(about::publish(
         rt.clone(),
         cluster_id.clone(),
+        properties_tx,
         about.clone(),
     ));
     let _about = about.drop_guard();
@@ -133,7 +135,7 @@ pub async fn lead(rt: &Runtime, lease_uid: &str, stop: CancellationToken) {
         }
         // rotated credentials end the round like rejected ones: the next one uses them
         let ended = tokio::select! {
-            ended = status::run(rt, &reg, nodes.store.clone(), predictor, &stop) => ended,
+            ended = status::run(rt, &reg, nodes.store.clone(), predictor, &properties, &stop) => ended,
             () = registration::stored_credentials_changed(rt, &reg) => {
                 Err(status::HeartbeatEnd::CredentialsRotated)
             }

@@ -18,6 +18,8 @@ use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio::sync::watch;
+
+use crate::apis::clusters::ClusterPropertyValue;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -81,6 +83,7 @@ pub async fn run(
     reg: &Registration,
     nodes: Store<Node>,
     predictor: Option<std::net::SocketAddr>,
+    properties: &watch::Receiver<Vec<ClusterPropertyValue>>,
     stop: &CancellationToken,
 ) -> Result<(), HeartbeatEnd> {
     let cfg = &rt.config;
@@ -123,7 +126,10 @@ pub async fn run(
         let now_reach = reach.borrow_and_update().clone();
         let snapshot = collected.borrow_and_update().clone().map(|c| {
             let reach = silence.as_reported(&now_reach, c.recoveries);
-            with_reachability(c.status, &reach)
+            let mut status = with_reachability(c.status, &reach);
+            // the About API's properties, as the agent's reader last saw them (about.rs)
+            status.cluster_properties = properties.borrow().clone();
+            status
         });
         if let Some(snapshot) = snapshot {
             let due = match &last_written {
@@ -579,6 +585,8 @@ pub async fn collect(
         predictor_enabled: !predictor_address(cfg, predictor).is_empty(),
         predictor_address: predictor_address(cfg, predictor),
         predictor_direct_access: cfg.predictor_direct_access,
+        // filled in from the About API's reader at each heartbeat (run)
+        cluster_properties: Vec::new(),
     }
 }
 

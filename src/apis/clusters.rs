@@ -387,6 +387,13 @@ pub struct ManagedClusterStatus {
     /// PredictorDirectAccess tells whether the scheduler can reach the predictor without the tunnel.
     #[serde(default)]
     pub predictor_direct_access: bool,
+
+    /// ClusterProperties (beyond upstream) are the child's About API `ClusterProperty` objects
+    /// (KEP-2149), name and value, as its agent last read them; the parent publishes them in
+    /// the cluster's ClusterProfile.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub cluster_properties: Vec<ClusterPropertyValue>,
 }
 
 /// Node readiness counters of a ManagedClusterStatus.
@@ -459,6 +466,13 @@ pub const REASON_CLUSTER_INIT_DISABLED: &str = "ClusterInitDisabled";
 pub const REASON_CLUSTER_INIT_DONE: &str = "ClusterInitDone";
 /// `ClusterInit=False` reason (also the value of the initialization taint).
 pub const REASON_CLUSTER_INIT_WAITING: &str = "ClusterInitWaiting";
+
+/// One ClusterProperty of a child: its name and value.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct ClusterPropertyValue {
+    pub name: String,
+    pub value: String,
+}
 
 impl ManagedClusterStatus {
     /// The condition of the given type, if any.

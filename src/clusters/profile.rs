@@ -153,6 +153,13 @@ pub fn desired(
             );
         }
     }
+    // every ClusterProperty of the child, as its agent reports them (KEP-4322: a profile's
+    // properties include the About API's); ours above say the same or win
+    for p in &st.cluster_properties {
+        values
+            .entry(p.name.clone())
+            .or_insert_with(|| p.value.clone());
+    }
     let before: &[Property] = previous.map(|p| p.properties.as_slice()).unwrap_or(&[]);
     let properties = values
         .into_iter()
@@ -524,7 +531,9 @@ mod tests {
                 "labels": {"topology.kubernetes.io/region": "eu-west"}},
             "spec": {"clusterId": "id-1", "syncMode": "Pull"},
             "status": {"k8sVersion": "v1.36.3", "platform": "linux/amd64",
-                "capacity": {"cpu": "8", "memory": "32Gi"}, "allocatable": {"cpu": "7500m"}}
+                "capacity": {"cpu": "8", "memory": "32Gi"}, "allocatable": {"cpu": "7500m"},
+                "clusterProperties": [{"name": "zone.example.com", "value": "eu-1"},
+                    {"name": "cluster.clusterset.k8s.io", "value": "someone-elses"}]}
         });
         if let Some(r) = ready {
             v["status"]["conditions"] = json!([{"type": "Ready", "status": r,
@@ -559,6 +568,11 @@ mod tests {
             Some("7500m")
         );
         assert_eq!(prop(&d, "clusternet.io/sync-mode"), Some("Pull"));
+        assert_eq!(
+            prop(&d, "zone.example.com"),
+            Some("eu-1"),
+            "the child's own"
+        );
         let healthy = &d.status.conditions[0];
         assert_eq!(
             (healthy.type_.as_str(), healthy.status.as_str()),

@@ -14,9 +14,13 @@ use tracing::{info, warn};
 use super::generic::{ChildCluster, Outcome};
 use crate::apis::known;
 use crate::apis::{Description, DescriptionDeployer, DescriptionPhase, DescriptionStatus, Drift};
+use crate::kube_ext::condition::{Verdict, kstatus_conditions};
+use crate::kube_ext::health::HealthStatus;
 use crate::kube_ext::object_ref::ObjectRef;
 use crate::runtime::controller::{ApiFailure, ReconcileError};
 use crate::runtime::events::Events;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::jiff::Timestamp;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DeployError {
@@ -145,18 +149,24 @@ pub fn plan_status(
     previous: &DescriptionStatus,
     outcome: Outcome,
     generation: Option<i64>,
+    now: Timestamp,
 ) -> Option<(DescriptionStatus, Option<Report>)> {
     let failed = !outcome.errors.is_empty();
-    let status = DescriptionStatus {
-        phase: Some(if failed {
-            DescriptionPhase::Failure
-        } else {
-            DescriptionPhase::Success
-        }),
-        reason: outcome.errors.join("; "),
-        manifest_statuses: outcome.statuses,
-        observed_generation: generation,
-    };
+    let status = with_conditions(
+        DescriptionStatus {
+            phase: Some(if failed {
+                DescriptionPhase::Failure
+            } else {
+                DescriptionPhase::Success
+            }),
+            reason: outcome.errors.join("; "),
+            manifest_statuses: outcome.statuses,
+            observed_generation: generation,
+            conditions: Vec::new(),
+        },
+        &previous.conditions,
+        now,
+    );
     if status == *previous {
         return None;
     }
@@ -170,6 +180,63 @@ pub fn plan_status(
     Some((status, report))
 }
 
+/// Whether a Description is Ready, as kstatus reads it (deployer.md §17.2): a failed deployment
+/// or an object kstatus calls Failed in the child is Stalled; a deployment on its way, or an
+/// object not Current yet, is Reconciling; every object applied and Current is Ready.
+pub fn verdict(status: &DescriptionStatus) -> Verdict {
+    let failed_object = status.manifest_statuses.iter().find_map(|m| {
+        m.health
+            .as_ref()
+            .filter(|h| h.status == HealthStatus::Failed)
+            .map(|h| format!("{}: {}", m.feed, h.message))
+    });
+    match &status.phase {
+        Some(DescriptionPhase::Failure) => {
+            return Verdict::Stalled("DeployFailed".into(), status.reason.clone());
+        }
+        _ if failed_object.is_some() => {
+            return Verdict::Stalled("ObjectFailed".into(), failed_object.unwrap_or_default());
+        }
+        Some(DescriptionPhase::Success) => {}
+        Some(other) => {
+            let message = match status.reason.as_str() {
+                "" => format!("phase {other}"),
+                why => format!("phase {other}: {why}"),
+            };
+            return Verdict::Progressing("Deploying", message);
+        }
+        None => return Verdict::Progressing("Deploying", "not deployed yet".into()),
+    }
+    let unhealthy = status.manifest_statuses.iter().find(|m| {
+        m.health
+            .as_ref()
+            .is_some_and(|h| h.status != HealthStatus::Current)
+    });
+    if let Some(m) = unhealthy {
+        let why = m.health.as_ref().map(|h| h.message.as_str()).unwrap_or("");
+        return Verdict::Progressing(
+            "Progressing",
+            format!("{} is not healthy yet: {why}", m.feed),
+        );
+    }
+    Verdict::Ready(match status.manifest_statuses.len() {
+        1 => "its object is applied and healthy".into(),
+        n => format!("its {n} objects are applied and healthy"),
+    })
+}
+
+/// `status` with the conditions of its [`verdict`], for the generation it speaks for, keeping
+/// the transition times of `previous`.
+pub fn with_conditions(
+    mut status: DescriptionStatus,
+    previous: &[Condition],
+    now: Timestamp,
+) -> DescriptionStatus {
+    status.conditions =
+        kstatus_conditions(&verdict(&status), status.observed_generation, previous, now);
+    status
+}
+
 /// The status apply body: every field of it, empty ones included, so whichever deployer (agent
 /// or parent) reports last owns all of it and nothing another one wrote lingers.
 fn status_body(desc: &Description, status: &DescriptionStatus) -> serde_json::Value {
@@ -180,6 +247,7 @@ fn status_body(desc: &Description, status: &DescriptionStatus) -> serde_json::Va
             "reason": status.reason,
             "manifestStatuses": status.manifest_statuses,
             "observedGeneration": status.observed_generation,
+            "conditions": status.conditions,
         }),
     )
 }
@@ -210,7 +278,12 @@ pub async fn reconcile(
         .await;
     let next = next_look(&outcome, resync);
     tell_outcome(&desc, &outcome, events);
-    let Some((status, report)) = plan_status(&previous, outcome, desc.metadata.generation) else {
+    let Some((status, report)) = plan_status(
+        &previous,
+        outcome,
+        desc.metadata.generation,
+        Timestamp::now(),
+    ) else {
         return Ok(Action::requeue(next));
     };
     match report {
@@ -336,16 +409,78 @@ mod tests {
         assert_eq!(start(&desc("Helm", false, true)), Start::Nothing);
     }
 
+    const T0: Timestamp = Timestamp::UNIX_EPOCH;
+    const T1: Timestamp = Timestamp::MAX;
+
+    fn health(status: HealthStatus, message: &str) -> crate::apis::apps::ManifestStatus {
+        serde_json::from_value(json!({"kind": "Deployment", "apiVersion": "apps/v1",
+            "namespace": "demo", "name": "web",
+            "health": {"status": status, "message": message}}))
+        .expect("a manifest status")
+    }
+
+    #[test]
+    fn ready_means_every_object_applied_and_healthy() {
+        let ready = |s: &DescriptionStatus| {
+            let c = with_conditions(s.clone(), &[], T0).conditions;
+            c.iter()
+                .map(|c| format!("{}={}:{}", c.type_, c.status, c.reason))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let mut s = DescriptionStatus {
+            phase: Some(DescriptionPhase::Success),
+            observed_generation: Some(3),
+            manifest_statuses: vec![health(HealthStatus::Current, "available")],
+            ..Default::default()
+        };
+        assert_eq!(ready(&s), "Ready=True:Ready");
+        assert_eq!(
+            with_conditions(s.clone(), &[], T0).conditions[0].observed_generation,
+            Some(3)
+        );
+        s.manifest_statuses = vec![health(HealthStatus::InProgress, "1 of 2 updated")];
+        assert_eq!(
+            ready(&s),
+            "Ready=False:Progressing,Reconciling=True:Progressing"
+        );
+        s.manifest_statuses = vec![health(HealthStatus::Failed, "progress deadline exceeded")];
+        assert_eq!(
+            ready(&s),
+            "Ready=False:ObjectFailed,Stalled=True:ObjectFailed"
+        );
+        assert!(
+            matches!(verdict(&s), Verdict::Stalled(_, m) if m.contains("progress deadline exceeded"))
+        );
+        s.phase = Some(DescriptionPhase::Failure);
+        s.reason = "quota exceeded".into();
+        assert_eq!(
+            verdict(&s),
+            Verdict::Stalled("DeployFailed".into(), "quota exceeded".into())
+        );
+        s.phase = Some(DescriptionPhase::Installing);
+        s.reason.clear();
+        s.manifest_statuses.clear();
+        assert_eq!(
+            ready(&s),
+            "Ready=False:Deploying,Reconciling=True:Deploying"
+        );
+        assert_eq!(
+            verdict(&DescriptionStatus::default()),
+            Verdict::Progressing("Deploying", "not deployed yet".into())
+        );
+    }
+
     #[test]
     fn status_is_written_when_it_changes_with_an_event_on_news() {
         let never = DescriptionStatus::default();
-        let (ok, report) = plan_status(&never, outcome(&[]), Some(1)).expect("a first status");
+        let (ok, report) = plan_status(&never, outcome(&[]), Some(1), T0).expect("a first status");
         assert_eq!(ok.phase, Some(DescriptionPhase::Success));
         assert_eq!(report, Some(Report::Deployed));
         // the same again: no write
-        assert_eq!(plan_status(&ok, outcome(&[]), Some(1)), None);
+        assert_eq!(plan_status(&ok, outcome(&[]), Some(1), T1), None);
         // a failure: written, with its reason
-        let (bad, report) = plan_status(&ok, outcome(&["boom"]), Some(1)).expect("a failure");
+        let (bad, report) = plan_status(&ok, outcome(&["boom"]), Some(1), T1).expect("a failure");
         assert_eq!(
             (bad.phase, bad.reason.as_str()),
             (Some(DescriptionPhase::Failure), "boom")
@@ -354,7 +489,7 @@ mod tests {
         // the same failure with other statuses: written, no second event
         let mut other = outcome(&["boom"]);
         other.statuses.clear();
-        let (_, report) = plan_status(&bad, other, Some(1)).expect("a change");
+        let (_, report) = plan_status(&bad, other, Some(1), T1).expect("a change");
         assert_eq!(report, None);
         // the body carries every field, the empty reason too, and nothing the server owns
         let body = status_body(&desc("Generic", false, true), &ok);

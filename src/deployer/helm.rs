@@ -31,10 +31,13 @@ use crate::apis::{
 };
 use crate::helm::cli::{self, At, Chart, Helm, HelmError, Install, Release};
 use crate::helm::repo::{self, Credentials};
+use crate::kube_ext::condition::{Verdict, kstatus_conditions};
 use crate::kube_ext::health::{Health, HealthStatus};
 use crate::runtime::apply;
 use crate::runtime::controller::{ApiFailure, ReconcileError};
 use crate::runtime::events::Events;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::jiff::Timestamp;
 
 /// How soon a release another operation holds is looked at again.
 const BUSY_RECHECK: Duration = Duration::from_secs(15);
@@ -222,7 +225,54 @@ pub fn release_status(r: &Release) -> HelmReleaseStatus {
         phase: Some(HelmReleaseStatusPhase::from(r.status.as_str())),
         notes: r.notes.clone(),
         version: r.revision,
+        ..Default::default()
     }
+}
+
+/// Whether a HelmRelease is Ready, as kstatus reads it (deployer.md §17.2): deployed is Ready,
+/// failed is Stalled (Helm's words as the message), anything on its way is Reconciling.
+pub fn release_verdict(status: &HelmReleaseStatus) -> Verdict {
+    let said = |what: &str| match status.notes.trim() {
+        "" => what.to_string(),
+        notes => format!("{what}: {notes}"),
+    };
+    match &status.phase {
+        Some(HelmReleaseStatusPhase::Deployed) => {
+            Verdict::Ready(format!("release deployed, revision {}", status.version))
+        }
+        Some(HelmReleaseStatusPhase::Failed) => {
+            Verdict::Stalled("ReleaseFailed".into(), said("the release failed"))
+        }
+        Some(HelmReleaseStatusPhase::PendingInstall) => {
+            Verdict::Progressing("Installing", "installing".into())
+        }
+        Some(HelmReleaseStatusPhase::PendingUpgrade | HelmReleaseStatusPhase::PendingRollback) => {
+            Verdict::Progressing("Upgrading", "upgrading".into())
+        }
+        Some(HelmReleaseStatusPhase::Uninstalling) => {
+            Verdict::Progressing("Uninstalling", "uninstalling".into())
+        }
+        Some(other) => Verdict::Progressing("Deploying", format!("release status {other}")),
+        None => Verdict::Progressing("Deploying", "not installed yet".into()),
+    }
+}
+
+/// `status` as written for `hr`: the generation it speaks for and the conditions of its
+/// [`release_verdict`], keeping the transition times of `previous`.
+pub fn release_status_of(
+    hr: &HelmRelease,
+    mut status: HelmReleaseStatus,
+    previous: &[Condition],
+    now: Timestamp,
+) -> HelmReleaseStatus {
+    status.observed_generation = hr.metadata.generation;
+    status.conditions = kstatus_conditions(
+        &release_verdict(&status),
+        status.observed_generation,
+        previous,
+        now,
+    );
+    status
 }
 
 /// A failed step's status: phase `failed`, Helm's words as the notes (§7.3 steps 5, 10).
@@ -237,7 +287,11 @@ pub fn failed_status(previous: Option<&HelmReleaseStatus>, notes: &str) -> HelmR
 /// The Description's phase and reason from all of its HelmReleases (the table of §7.3 step 12;
 /// upstream writes it from whichever release was reconciled last, so one deployed chart hid a
 /// failed one): the worst phase wins, and its notes are the reason.
-pub fn description_status(desc: &Description, releases: &[Arc<HelmRelease>]) -> DescriptionStatus {
+pub fn description_status(
+    desc: &Description,
+    releases: &[Arc<HelmRelease>],
+    now: Timestamp,
+) -> DescriptionStatus {
     let rank = |p: &DescriptionPhase| match p {
         DescriptionPhase::Failure => 0,
         DescriptionPhase::Uninstalling => 1,
@@ -296,12 +350,22 @@ pub fn description_status(desc: &Description, releases: &[Arc<HelmRelease>]) -> 
         });
     }
     let (phase, reason) = worst.unwrap_or((DescriptionPhase::Success, String::new()));
-    DescriptionStatus {
-        phase: Some(phase),
-        reason,
-        manifest_statuses: statuses,
-        observed_generation: desc.metadata.generation,
-    }
+    let previous = desc
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or(&[]);
+    super::description::with_conditions(
+        DescriptionStatus {
+            phase: Some(phase),
+            reason,
+            manifest_statuses: statuses,
+            observed_generation: desc.metadata.generation,
+            conditions: Vec::new(),
+        },
+        previous,
+        now,
+    )
 }
 
 /// How a child is reached: a kubeconfig for helm, and a client for the CRDs `replaceCRDs` asks
@@ -705,6 +769,16 @@ impl HelmDeployer {
         current: &Current,
         status: &HelmReleaseStatus,
     ) -> Result<(), HelmDeployError> {
+        let previous = current.get().or_else(|| hr.status.clone());
+        let status = &release_status_of(
+            hr,
+            status.clone(),
+            previous
+                .as_ref()
+                .map(|s| s.conditions.as_slice())
+                .unwrap_or(&[]),
+            Timestamp::now(),
+        );
         if current.get().as_ref() == Some(status) {
             return Ok(());
         }
@@ -754,7 +828,7 @@ impl HelmDeployer {
                 .into_iter()
                 .map(Arc::new)
                 .collect();
-        let status = description_status(&desc, &releases);
+        let status = description_status(&desc, &releases, Timestamp::now());
         if desc.status.as_ref() == Some(&status) {
             return Ok(());
         }
@@ -1021,7 +1095,8 @@ mod tests {
             });
             Arc::new(h)
         };
-        let s = description_status(&desc, &[with("d-default-hello", "deployed", "")]);
+        let now = Timestamp::UNIX_EPOCH;
+        let s = description_status(&desc, &[with("d-default-hello", "deployed", "")], now);
         assert_eq!(
             s.phase,
             Some(DescriptionPhase::Pending),
@@ -1042,6 +1117,7 @@ mod tests {
                 with("d-default-hello", "deployed", ""),
                 with("d-default-db", "failed", "boom"),
             ],
+            now,
         );
         assert_eq!(
             (s.phase, s.reason.as_str()),
@@ -1053,10 +1129,52 @@ mod tests {
                 with("d-default-hello", "deployed", ""),
                 with("d-default-db", "deployed", ""),
             ],
+            now,
         );
         assert_eq!(
             (s.phase, s.reason.as_str()),
             (Some(DescriptionPhase::Success), "")
+        );
+        assert_eq!(s.conditions[0].type_, "Ready");
+        assert_eq!(s.conditions[0].status, "True");
+    }
+
+    #[test]
+    fn a_release_is_ready_when_deployed_and_stalled_when_failed() {
+        let of = |phase: &str, notes: &str| {
+            let st = HelmReleaseStatus {
+                phase: Some(HelmReleaseStatusPhase::from(phase)),
+                notes: notes.into(),
+                version: 2,
+                ..Default::default()
+            };
+            let mut h = hr("1", false);
+            h.metadata.generation = Some(4);
+            release_status_of(&h, st, &[], Timestamp::UNIX_EPOCH)
+        };
+        let deployed = of("deployed", "");
+        assert_eq!(deployed.observed_generation, Some(4));
+        assert_eq!(
+            deployed
+                .conditions
+                .iter()
+                .map(|c| (c.type_.as_str(), c.status.as_str(), c.observed_generation))
+                .collect::<Vec<_>>(),
+            vec![("Ready", "True", Some(4))]
+        );
+        let failed = of("failed", "chart not found");
+        assert!(
+            failed
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Stalled" && c.message.contains("chart not found"))
+        );
+        let upgrading = of("pending-upgrade", "");
+        assert!(
+            upgrading
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Reconciling" && c.reason == "Upgrading")
         );
     }
 }

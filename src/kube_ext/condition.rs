@@ -31,6 +31,59 @@ pub fn condition(said: Said<'_>, previous: &[Condition], now: Timestamp) -> Cond
     }
 }
 
+/// kstatus's condition types (sigs.k8s.io/cli-utils `pkg/kstatus`): `Ready` always, and while
+/// true `Reconciling` (kstatus: `InProgress`) or `Stalled` (kstatus: `Failed`).
+pub const READY: &str = "Ready";
+pub const RECONCILING: &str = "Reconciling";
+pub const STALLED: &str = "Stalled";
+/// The condition types [`kstatus_conditions`] owns.
+pub const KSTATUS_TYPES: [&str; 3] = [READY, RECONCILING, STALLED];
+
+/// Where an object is, with kstatus's three outcomes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Everything it stands for is there and healthy (the message says what).
+    Ready(String),
+    /// Still changing towards Ready: reason, message.
+    Progressing(&'static str, String),
+    /// Cannot get Ready without a hand: reason, message.
+    Stalled(String, String),
+}
+
+/// `Ready` and, while true, `Reconciling` or `Stalled`, for `verdict`, each keeping its
+/// transition time from `previous` when its status stays.
+pub fn kstatus_conditions(
+    verdict: &Verdict,
+    generation: Option<i64>,
+    previous: &[Condition],
+    now: Timestamp,
+) -> Vec<Condition> {
+    let make = |type_: &str, status: &str, reason: &str, message: &str| {
+        condition(
+            Said {
+                type_,
+                status,
+                reason,
+                message,
+                observed_generation: generation,
+            },
+            previous,
+            now,
+        )
+    };
+    match verdict {
+        Verdict::Ready(message) => vec![make(READY, "True", "Ready", message)],
+        Verdict::Progressing(reason, message) => vec![
+            make(READY, "False", reason, message),
+            make(RECONCILING, "True", reason, message),
+        ],
+        Verdict::Stalled(reason, message) => vec![
+            make(READY, "False", reason, message),
+            make(STALLED, "True", reason, message),
+        ],
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

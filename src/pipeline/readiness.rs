@@ -20,24 +20,13 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use super::rollout::{self, ClusterState};
-use crate::apis::apps::{CONDITION_READY, CONDITION_RECONCILING, CONDITION_STALLED};
 use crate::apis::clusters::CONDITION_READY as CLUSTER_READY;
 use crate::apis::{
     Description, DescriptionDeployer, ManagedCluster, RolloutPhase, Subscription,
     hash_subscription_spec,
 };
-use crate::kube_ext::condition::{Said, condition};
 
-/// Where a Subscription is, with kstatus's three outcomes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
-    /// Every bound cluster runs it healthy (the message says how many).
-    Ready(String),
-    /// Still changing towards Ready: reason, message.
-    Progressing(&'static str, String),
-    /// Cannot get Ready without a hand: reason, message.
-    Stalled(String, String),
-}
+pub use crate::kube_ext::condition::Verdict;
 
 /// The verdict on `sub` (`clusters`: its bound ManagedClusters as the cache has them;
 /// `feeds_resolved`: the aggregator's FeedsResolved condition, just computed).
@@ -159,42 +148,7 @@ fn deployers_of(sub: &Subscription) -> Vec<DescriptionDeployer> {
     out
 }
 
-/// `Ready` and, while true, `Reconciling` or `Stalled`, for `verdict`, each keeping its
-/// transition time from `previous` when its status stays.
-pub fn conditions(
-    verdict: &Verdict,
-    generation: Option<i64>,
-    previous: &[Condition],
-    now: Timestamp,
-) -> Vec<Condition> {
-    let make = |type_: &str, status: &str, reason: &str, message: &str| {
-        condition(
-            Said {
-                type_,
-                status,
-                reason,
-                message,
-                observed_generation: generation,
-            },
-            previous,
-            now,
-        )
-    };
-    match verdict {
-        Verdict::Ready(message) => vec![make(CONDITION_READY, "True", "Ready", message)],
-        Verdict::Progressing(reason, message) => vec![
-            make(CONDITION_READY, "False", reason, message),
-            make(CONDITION_RECONCILING, "True", reason, message),
-        ],
-        Verdict::Stalled(reason, message) => vec![
-            make(CONDITION_READY, "False", reason, message),
-            make(CONDITION_STALLED, "True", reason, message),
-        ],
-    }
-}
-
-/// The condition types this module owns.
-pub const TYPES: [&str; 3] = [CONDITION_READY, CONDITION_RECONCILING, CONDITION_STALLED];
+pub use crate::kube_ext::condition::{KSTATUS_TYPES as TYPES, kstatus_conditions as conditions};
 
 #[cfg(test)]
 mod tests {

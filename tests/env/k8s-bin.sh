@@ -79,11 +79,34 @@ fetch_capi_crds() {
 
 build_kwok() {
   GOBIN=$OUT go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@v$KWOK_VERSION"
+}
+
+# The image whose pods kwok never makes ready: they stay Pending on their node, as a real pod that
+# cannot pull or start does, so a Deployment of it passes its progress deadline (tests: Failed
+# health, rollbacks). tests/support NEVER_READY_IMAGE says the same.
+NEVER_READY_IMAGE=registry.clusternet.test/never-ready:v1
+STAGES_STAMP="# clusternet kwok stages 2: $KWOK_VERSION, $NEVER_READY_IMAGE"
+
+write_kwok_stages() {
   # the stages must match the binary: take them from the same module version
+  go mod download "sigs.k8s.io/kwok@v$KWOK_VERSION" >/dev/null
   local stage; stage=$(go env GOMODCACHE)/sigs.k8s.io/kwok@v$KWOK_VERSION/kustomize/stage
-  { for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
+  { echo "$STAGES_STAMP"
+    for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
              pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
-      echo '---'; cat "$stage/$f"; done; } > "$OUT/kwok-stages.yaml"
+      echo '---'
+      if [ "$f" = pod/fast/pod-ready.yaml ]; then
+        # pod-ready, but not for a pod running the never-ready image
+        awk -v img="$NEVER_READY_IMAGE" '{ print }
+          /^    matchExpressions:$/ && !done { print "    - key: '"'"'.spec.containers.[].image'"'"'";
+            print "      operator: '"'"'NotIn'"'"'"; print "      values:"; print "      - '"'"'" img "'"'"'"; done = 1 }' \
+          "$stage/$f"
+      else
+        cat "$stage/$f"
+      fi
+    done; } > "$OUT/kwok-stages.yaml.new"
+  grep -q "$NEVER_READY_IMAGE" "$OUT/kwok-stages.yaml.new" || { log "the pod-ready stage was not adapted"; return 1; }
+  mv "$OUT/kwok-stages.yaml.new" "$OUT/kwok-stages.yaml"
 }
 
 build_registry() {
@@ -170,7 +193,11 @@ BUILDER=kube step kube-apiserver "Kubernetes v$KUBE_VERSION" --version
 for b in kube-controller-manager kube-scheduler; do BUILDER=kube step "$b" "Kubernetes v$KUBE_VERSION" --version; done
 BUILDER=kube step kubectl "v$KUBE_VERSION" version --client
 BUILDER=kwok step kwok "$KWOK_VERSION" --version
-[ -s "$OUT/kwok-stages.yaml" ] || (build_kwok)
+if [ "$(head -n 1 "$OUT/kwok-stages.yaml" 2>/dev/null)" = "$STAGES_STAMP" ]; then
+  log "kwok stages ok"
+else
+  log "writing the kwok stages..."; write_kwok_stages || { log "FAILED to write the kwok stages"; exit 1; }
+fi
 BUILDER=helm step helm "v$HELM_VERSION" version --short
 BUILDER=registry step registry "v$REGISTRY_VERSION" --version
 BUILDER=krew step krew "v$KREW_VERSION" version

@@ -135,6 +135,11 @@ pub fn cached_bin(name: &str) -> PathBuf {
     PathBuf::from(dir).join(name)
 }
 
+/// The image whose pods the test environment's kwok never makes ready (tests/env/k8s-bin.sh's
+/// pod-ready stage leaves them Pending on their node, as a pod that cannot start stays): a
+/// Deployment of it passes its progress deadline.
+pub const NEVER_READY_IMAGE: &str = "registry.clusternet.test/never-ready:v1";
+
 /// A Deployment `web` (label app=web) in `ns` with this image, replica count, optional node
 /// selector (`key: value`, which no node matching keeps its pods Pending) and optional
 /// `progressDeadlineSeconds`, as YAML.

@@ -311,7 +311,7 @@ pub struct HelmReleaseSpec {
 }
 
 /// Observed state of a HelmRelease.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HelmReleaseStatus {
     /// FirstDeployed is when the release was first deployed, in Go `time.Time.String()` format
@@ -339,6 +339,18 @@ pub struct HelmReleaseStatus {
     #[serde(default, skip_serializing_if = "is_zero_i64")]
     #[schemars(schema_with = "crate::apis::schema::go_int")]
     pub version: i64,
+
+    /// ObservedGeneration (beyond upstream) is the generation of the HelmRelease this status
+    /// speaks for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// Conditions (beyond upstream), as kstatus reads them: `Ready` (the release is deployed),
+    /// with `Reconciling` (installing, upgrading) or `Stalled` (failed) beside it while they are
+    /// true.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
 }
 
 #[cfg(test)]

@@ -393,15 +393,15 @@ pub const CONDITION_ROLLOUT_COMPLETE: &str = "RolloutComplete";
 /// Condition type (beyond upstream, the kstatus / `kubectl wait` one): `True` when every bound
 /// cluster runs what the Subscription deploys (its current revision where a rollout pins one),
 /// deployed, every object healthy; `False` with why otherwise.
-pub const CONDITION_READY: &str = "Ready";
+pub const CONDITION_READY: &str = crate::kube_ext::condition::READY;
 
 /// Condition type, kstatus's: present (`True`) only while the Subscription is still changing
 /// towards Ready (scheduling, rendering, deploying, a rollout under way).
-pub const CONDITION_RECONCILING: &str = "Reconciling";
+pub const CONDITION_RECONCILING: &str = crate::kube_ext::condition::RECONCILING;
 
 /// Condition type, kstatus's: present (`True`) only while it cannot get Ready without a hand (a
 /// feed missing, a cluster whose objects failed, a rollout rolled back or paused on failure).
-pub const CONDITION_STALLED: &str = "Stalled";
+pub const CONDITION_STALLED: &str = crate::kube_ext::condition::STALLED;
 
 /// Aggregated status of one feed across the binding clusters.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]

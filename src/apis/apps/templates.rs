@@ -154,6 +154,13 @@ pub struct DescriptionStatus {
     /// now).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+
+    /// Conditions (beyond upstream), as kstatus reads them: `Ready` (every object applied and
+    /// healthy in the child), with `Reconciling` (still deploying) or `Stalled` (failed) beside
+    /// it while they are true.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
 }
 
 /// The status of one applied object in a child cluster.
