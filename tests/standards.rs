@@ -323,6 +323,91 @@ async fn kstatus_and_kubectl_wait_see_the_fleet_as_it_is() {
     for (status, message) in argo_of_descriptions().await {
         assert_eq!(status, "Healthy", "{message}");
     }
+    // kstatus on the Bases under it (Ready from their Descriptions, written a moment after
+    // theirs)
+    let bases_say = || async {
+        let list = Api::<clusternet::apis::Base>::all(parent.clone())
+            .list(&ListParams::default().labels(&format!("apps.clusternet.io/subs.uid={uid}")))
+            .await
+            .expect("listing Bases");
+        assert_eq!(list.items.len(), 2, "a Base per child");
+        list.items
+            .iter()
+            .map(|b| {
+                let json = ks.live(
+                    "bases.apps.clusternet.io",
+                    &b.namespace().unwrap_or_default(),
+                    &b.name_any(),
+                );
+                ks.kstatus_of(&json)
+            })
+            .collect::<Vec<_>>()
+    };
+    wait_for(
+        "kstatus Current on both Bases",
+        Duration::from_secs(30),
+        || async {
+            let said = bases_say().await;
+            if said.iter().all(|(s, _)| s == "Current") {
+                Ok(())
+            } else {
+                Err(format!("{said:?}"))
+            }
+        },
+    )
+    .await;
+    // a RolloutStrategy is Ready when its stages can be read, Stalled saying why when not
+    let strategies: Api<clusternet::apis::RolloutStrategy> =
+        Api::namespaced(parent.clone(), &ns.name);
+    for (name, stage) in [
+        ("good", json!({"name": "one", "minSuccessTime": "10s"})),
+        (
+            "bad",
+            json!({"name": "one", "minSuccessTime": "ten seconds"}),
+        ),
+    ] {
+        strategies
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({
+                    "apiVersion": "apps.clusternet.io/v1alpha1", "kind": "RolloutStrategy",
+                    "metadata": {"name": name}, "spec": {"stages": [stage]}}))
+                .expect("a RolloutStrategy"),
+            )
+            .await
+            .expect("creating a RolloutStrategy");
+    }
+    let waited = Command::new(env.bin("kubectl"))
+        .arg("--kubeconfig")
+        .arg(env.parent_kubeconfig())
+        .args([
+            "wait",
+            "--for=condition=Ready",
+            "rolloutstrategies.apps.clusternet.io/good",
+            "-n",
+            &ns.name,
+            "--timeout=30s",
+        ])
+        .output()
+        .expect("kubectl wait");
+    assert!(
+        waited.status.success(),
+        "{}",
+        String::from_utf8_lossy(&waited.stderr)
+    );
+    let bad = wait_for(
+        "kstatus Failed on the bad strategy",
+        Duration::from_secs(30),
+        || async {
+            let json = ks.live("rolloutstrategies.apps.clusternet.io", &ns.name, "bad");
+            match ks.kstatus_of(&json) {
+                (s, m) if s == "Failed" => Ok(m),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    assert!(bad.contains("minSuccessTime"), "{bad}");
     for c in &clusters {
         let (status, message) = ks.argo(
             "clusters.clusternet.io/ManagedCluster",
@@ -350,6 +435,22 @@ async fn kstatus_and_kubectl_wait_see_the_fleet_as_it_is() {
         t0.elapsed() >= Duration::from_secs(10),
         "failed before the progress deadline"
     );
+    wait_for(
+        "kstatus Failed on a Base",
+        Duration::from_secs(30),
+        || async {
+            let said = bases_say().await;
+            if said
+                .iter()
+                .any(|(s, m)| s == "Failed" && m.contains("progress deadline exceeded"))
+            {
+                Ok(())
+            } else {
+                Err(format!("{said:?}"))
+            }
+        },
+    )
+    .await;
     let degraded: Vec<(String, String)> = argo_of_descriptions()
         .await
         .into_iter()

@@ -14,6 +14,7 @@ pub mod overrides;
 pub mod placementdecision;
 pub mod preview;
 pub mod readiness;
+pub mod readystatus;
 pub mod revision;
 pub mod rollout;
 pub mod status;

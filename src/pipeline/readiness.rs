@@ -80,7 +80,7 @@ pub fn verdict(
             }
         }
     }
-    let deployers = deployers_of(sub);
+    let deployers = DescriptionDeployer::needed_by(&sub.spec.feeds);
     let mut changing: Vec<String> = Vec::new();
     let mut failed: Vec<String> = Vec::new();
     for bound in &status.binding_clusters {
@@ -133,19 +133,6 @@ fn summary(first: &str, count: usize, of: usize) -> String {
         1 => first.to_string(),
         _ => format!("{first} (and {} more of {of} clusters)", count - 1),
     }
-}
-
-/// The deployers whose Descriptions every cluster must have: Helm for HelmChart feeds, Generic
-/// for the rest.
-fn deployers_of(sub: &Subscription) -> Vec<DescriptionDeployer> {
-    let mut out = Vec::new();
-    if sub.spec.feeds.iter().any(|f| f.kind != "HelmChart") {
-        out.push(DescriptionDeployer::Generic);
-    }
-    if sub.spec.feeds.iter().any(|f| f.kind == "HelmChart") {
-        out.push(DescriptionDeployer::Helm);
-    }
-    out
 }
 
 pub use crate::kube_ext::condition::{KSTATUS_TYPES as TYPES, kstatus_conditions as conditions};

@@ -96,6 +96,8 @@ pub async fn lead(rt: &Runtime, role: Role, leadership: Leadership, token: Cance
                 spawn(|rt, t| Box::pin(crate::pipeline::revision::run(rt, t)));
                 spawn(|rt, t| Box::pin(crate::pipeline::rollout::run(rt, t)));
                 spawn(|rt, t| Box::pin(crate::pipeline::status::run(rt, t)));
+                spawn(|rt, t| Box::pin(crate::pipeline::readystatus::run_bases(rt, t)));
+                spawn(|rt, t| Box::pin(crate::pipeline::readystatus::run_strategies(rt, t)));
                 spawn(|rt, t| Box::pin(crate::deployer::push::run(rt, t)));
                 // runs with the gate off too: it then releases the finalizers it added before
                 spawn(|rt, t| Box::pin(crate::pipeline::feedprotection::run(rt, t)));

@@ -23,6 +23,7 @@ use crate::apis::string_enum::closed_string_enum;
     category = "clusternet",
     derive = "PartialEq",
     derive = "Default",
+    status = "crate::apis::apps::ReadinessStatus",
     doc = "RolloutStrategy says how a change to a Subscription moves through its clusters.",
     printcolumn = r#"{"name":"STAGES","type":"string","jsonPath":".spec.stages[*].name"}"#,
     printcolumn = r#"{"name":"ON-FAILURE","type":"string","jsonPath":".spec.onFailure"}"#

@@ -29,6 +29,7 @@ use crate::apis::string_enum::closed_string_enum;
     category = "clusternet",
     derive = "PartialEq",
     derive = "Default",
+    status = "ReadinessStatus",
     doc = "Base represents the resources of a Subscription to be deployed to one child cluster; it lives in that cluster's dedicated namespace.",
     printcolumn(
         name = "AGE",
@@ -40,6 +41,37 @@ use crate::apis::string_enum::closed_string_enum;
 pub struct BaseSpec {
     /// Feeds are the resources to deploy.
     pub feeds: Vec<Feed>,
+}
+
+impl DescriptionDeployer {
+    /// The deployers whose Descriptions `feeds` need in every cluster: Helm for HelmCharts,
+    /// Generic for the rest.
+    pub fn needed_by(feeds: &[Feed]) -> Vec<DescriptionDeployer> {
+        let mut out = Vec::new();
+        if feeds.iter().any(|f| f.kind != "HelmChart") {
+            out.push(DescriptionDeployer::Generic);
+        }
+        if feeds.iter().any(|f| f.kind == "HelmChart") {
+            out.push(DescriptionDeployer::Helm);
+        }
+        out
+    }
+}
+
+/// The status of an object whose only news is whether it is Ready (beyond upstream): Base,
+/// RolloutStrategy.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReadinessStatus {
+    /// ObservedGeneration is the generation the conditions speak for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// Conditions, as kstatus reads them: `Ready`, with `Reconciling` (on its way) or `Stalled`
+    /// (needs a hand) beside it while they are true.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -424,7 +456,13 @@ template:
 
     #[test]
     fn crd_shapes() {
-        assert!(Base::crd().spec.versions[0].subresources.is_none());
+        // beyond upstream: a status subresource for its Ready condition (deployer.md §17.3)
+        assert!(
+            Base::crd().spec.versions[0]
+                .subresources
+                .as_ref()
+                .is_some_and(|s| s.status.is_some())
+        );
         assert!(Base::crd().spec.names.short_names.is_none());
         assert!(Manifest::crd().spec.versions[0].subresources.is_none());
         assert_eq!(
