@@ -306,6 +306,21 @@ async fn exported_services_are_imported_merged_distributed_and_withdrawn() {
             "the imported slice points at the derived Service"
         );
     }
+    // each says which cluster its endpoints are in, as mcs-api names it (the cluster's ID, its
+    // cluster.clusterset.k8s.io ClusterProperty)
+    for (i, c) in clusters.iter().take(2).enumerate() {
+        let id = support::cluster_id(&parent, c).await;
+        for s in from(&slices, &dedicated[i]) {
+            assert_eq!(
+                s.labels()
+                    .get("multicluster.kubernetes.io/source-cluster")
+                    .map(String::as_str),
+                Some(id.as_str()),
+                "slice {}",
+                s.name_any()
+            );
+        }
+    }
     // the exporting clusters are listed on the import
     let names: Vec<String> = {
         let mcs = Api::<ManagedCluster>::all(parent.clone())

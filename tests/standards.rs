@@ -596,13 +596,33 @@ async fn cluster_profiles_follow_the_fleet() {
             Some("clusternet")
         );
         let st = p.status.expect("a status");
-        let version = Api::<ManagedCluster>::namespaced(parent.clone(), &c.dedicated)
-            .get(&c.name)
-            .await
-            .expect("the ManagedCluster")
-            .status
-            .map(|s| s.k8s_version)
-            .unwrap_or_default();
+        // its agent's Ready speaks for its generation, as kstatus expects of a condition (the
+        // parent may change the spec's taints just before: the next heartbeat catches up)
+        let mc = wait_for(
+            "Ready's observedGeneration on the ManagedCluster",
+            Duration::from_secs(30),
+            || async {
+                let mc = Api::<ManagedCluster>::namespaced(parent.clone(), &c.dedicated)
+                    .get(&c.name)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let ready_generation = mc
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.condition("Ready"))
+                    .and_then(|c| c.observed_generation);
+                if ready_generation.is_some() && ready_generation == mc.metadata.generation {
+                    Ok(mc)
+                } else {
+                    Err(format!(
+                        "{ready_generation:?} of {:?}",
+                        mc.metadata.generation
+                    ))
+                }
+            },
+        )
+        .await;
+        let version = mc.status.map(|s| s.k8s_version).unwrap_or_default();
         assert!(version.starts_with("v1."), "{version}");
         assert_eq!(st.version.kubernetes, version);
         let prop = |name: &str| {

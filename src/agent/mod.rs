@@ -104,11 +104,14 @@ pub async fn lead(rt: &Runtime, lease_uid: &str, stop: CancellationToken) {
         };
         let exports = {
             let (rt, reg, round) = (rt.clone(), reg.clone(), round.clone());
+            let properties = properties.clone();
             tokio::spawn(async move {
                 crate::mcs::serviceexport::run(
                     &rt,
                     reg.parent.clone(),
                     reg.namespace.clone(),
+                    reg.cluster_id.clone(),
+                    properties,
                     round,
                 )
                 .await

@@ -430,6 +430,10 @@ async fn write(
         let mut status = snapshot.clone();
         status.last_observed_time = Some(Time(Timestamp::now()));
         status.conditions = merge_conditions(&previous.conditions, &snapshot.conditions);
+        // kstatus-style: the agent's Ready speaks for the ManagedCluster as it was read
+        for c in status.conditions.iter_mut().filter(|c| c.type_ == "Ready") {
+            c.observed_generation = mc.metadata.generation;
+        }
         mc.status = Some(status);
         match api.replace_status(&name, &PostParams::default(), &mc).await {
             Ok(_) => {

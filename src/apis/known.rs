@@ -80,6 +80,10 @@ pub const CHANGE_CAUSE_ANNOTATION: &str = "kubernetes.io/change-cause";
 /// Default prefix of node labels aggregated onto ManagedClusters.
 pub const NODE_LABELS_PREFIX: &str = "node.clusternet.io/";
 
+/// mcs-api's label on an EndpointSlice naming the cluster its endpoints are in (KEP-1645), the
+/// cluster's `cluster.clusterset.k8s.io` ClusterProperty (KEP-2149).
+pub const MCS_SOURCE_CLUSTER_LABEL: &str = "multicluster.kubernetes.io/source-cluster";
+
 /// Label on ServiceImports and EndpointSlices: the exported service's name.
 pub const LABEL_SERVICE_NAME: &str = "services.clusternet.io/multi-cluster-service-name";
 /// Label on ServiceImports and EndpointSlices: the exported service's namespace.

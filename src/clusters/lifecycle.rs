@@ -320,7 +320,11 @@ async fn track(
     let name = mc.name_any();
     let err = |what: &'static str| ApiFailure::about(mc, what);
     let plan = plan_health(mc, Timestamp::now(), rt.config.gate(known::CLUSTER_INIT));
-    if let Some((conditions, lost)) = plan.status {
+    if let Some((mut conditions, lost)) = plan.status {
+        // kstatus-style: Ready speaks for the ManagedCluster as it was read
+        for c in conditions.iter_mut().filter(|c| c.type_ == CONDITION_READY) {
+            c.observed_generation = mc.metadata.generation;
+        }
         let mut status = json!({ "conditions": conditions });
         if lost {
             info!(cluster = %name, "no heartbeat within {:?}: Ready=Unknown", lost_threshold(mc));

@@ -381,7 +381,9 @@ async fn proxy(
     let status = cluster.status.clone().unwrap_or_default();
     let target = target(proxy_path, &status.apiserver_url)?;
     let identity = match child_identity(&user.extra)? {
-        id if id.is_empty() => as_the_caller(hub, &cluster, user).await?.unwrap_or(id),
+        id if id.is_empty() && goes_to_the_api_server(proxy_path) => {
+            as_the_caller(hub, &cluster, user).await.unwrap_or(id)
+        }
         id => id,
     };
     let upgrade_requested = req.headers().contains_key(header::UPGRADE);
@@ -426,24 +428,28 @@ async fn proxy(
     Ok(Response::from_parts(parts, body))
 }
 
-/// A request that hands over no child credentials (hub.md §2.3.1): with `--proxy-impersonation`
-/// (the default) it reaches the child as its own caller, sent with the cluster's
-/// `child-cluster-deployer` token and impersonating the caller's name and groups, so the child's
-/// RBAC decides what the parent's user may do there. This is how a ClusterProfile's access
-/// provider reaches a child with nothing but parent credentials (standards.md §1.3). `None`:
-/// the request goes on as upstream sends it, anonymous (the impersonation is off, or the caller
-/// is anonymous itself).
+/// Whether a proxy path goes to the cluster's own API server (`direct/...`), the only target
+/// the hub ever sends the cluster's credentials to: `<scheme>/<host:port>/...` reaches any
+/// address the agent can dial, whose listener must never see them.
+pub fn goes_to_the_api_server(proxy_path: &str) -> bool {
+    proxy_path.trim_start_matches('/').split('/').next() == Some("direct")
+}
+
+/// A request to the child's API server that hands over no child credentials (hub.md §2.3.1):
+/// with `--proxy-impersonation` (the default) it reaches the child as its own caller, sent with
+/// the cluster's `child-cluster-deployer` token and impersonating the caller's name and groups,
+/// so the child's RBAC decides what the parent's user may do there. This is how a
+/// ClusterProfile's access provider reaches a child with nothing but parent credentials
+/// (standards.md §1.3). `None`: the request goes on as upstream sends it, anonymous (the
+/// impersonation is off, the caller is anonymous itself, or the cluster has published no
+/// deployer credentials, which is logged).
 async fn as_the_caller(
     hub: &Hub,
     cluster: &ManagedCluster,
     user: &UserInfo,
-) -> Result<Option<ChildIdentity>, ApiError> {
-    let Some(secrets) = &hub.deployer_secrets else {
-        return Ok(None);
-    };
-    let Some(headers) = impersonation_of(user) else {
-        return Ok(None);
-    };
+) -> Option<ChildIdentity> {
+    let secrets = hub.deployer_secrets.as_ref()?;
+    let headers = impersonation_of(user)?;
     let ns = cluster.metadata.namespace.clone().unwrap_or_default();
     let cached = secrets.get(
         &kube::runtime::reflector::ObjectRef::new(known::CHILD_CLUSTER_SECRET_NAME).within(&ns),
@@ -451,38 +457,39 @@ async fn as_the_caller(
     let secret = match cached {
         Some(s) => Some(s),
         // one the cache has not seen yet (a cluster that just registered)
-        None => {
-            kube::Api::<k8s_openapi::api::core::v1::Secret>::namespaced(hub.rt.client.clone(), &ns)
-                .get_opt(known::CHILD_CLUSTER_SECRET_NAME)
-                .await
-                .map_err(|e| {
-                    ApiError::unavailable(format!(
-                        "reading Secret {ns}/{}: {e}",
-                        known::CHILD_CLUSTER_SECRET_NAME
-                    ))
-                })?
-                .map(Arc::new)
-        }
+        None => match kube::Api::<k8s_openapi::api::core::v1::Secret>::namespaced(
+            hub.rt.client.clone(),
+            &ns,
+        )
+        .get_opt(known::CHILD_CLUSTER_SECRET_NAME)
+        .await
+        {
+            Ok(s) => s.map(Arc::new),
+            Err(e) => {
+                warn!(namespace = %ns, error = %e, "cannot read the cluster's child-cluster-deployer Secret: the proxied request goes on anonymous");
+                None
+            }
+        },
     };
     let token = secret
         .as_ref()
         .and_then(|s| s.data.as_ref())
         .and_then(|d| d.get("token"))
         .map(|t| String::from_utf8_lossy(&t.0).trim().to_string())
-        .filter(|t| !t.is_empty())
-        .ok_or_else(|| {
-            ApiError::unavailable(format!(
-                "cluster {} has no child-cluster-deployer credentials in {ns} yet, so the hub \
-                 cannot act as you in it: hand over child credentials (user extra \
-                 clusternet-token) or wait for its agent to publish them",
-                cluster.spec.cluster_id
-            ))
-        })?;
-    Ok(Some(ChildIdentity {
+        .filter(|t| !t.is_empty());
+    let Some(token) = token else {
+        debug!(
+            cluster_id = %cluster.spec.cluster_id,
+            user = %user.name,
+            "no child-cluster-deployer credentials published for the cluster: the proxied request goes on anonymous"
+        );
+        return None;
+    };
+    Some(ChildIdentity {
         bearer: Some(token),
         client_cert: None,
         headers,
-    }))
+    })
 }
 
 /// The impersonation headers that make the child see `user`: its name and its groups, minus the
@@ -571,6 +578,16 @@ fn forwarded_headers(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_api_server_gets_the_clusters_credentials() {
+        assert!(goes_to_the_api_server("direct/api/v1/namespaces"));
+        assert!(goes_to_the_api_server("/direct"));
+        assert!(!goes_to_the_api_server("http/127.0.0.1:8080/api"));
+        assert!(!goes_to_the_api_server("https/direct:443/api"));
+        assert!(!goes_to_the_api_server("directly/x"));
+        assert!(!goes_to_the_api_server(""));
+    }
 
     #[test]
     fn the_caller_is_impersonated_without_the_parents_own_groups() {

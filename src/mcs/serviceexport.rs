@@ -26,11 +26,14 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
+use crate::apis::about::CLUSTER_ID_PROPERTY;
+use crate::apis::clusters::ClusterPropertyValue;
 use crate::apis::known;
 use crate::apis::{ServiceExport, ServiceExportStatus};
 use crate::runtime::Runtime;
 use crate::runtime::apply;
 use crate::runtime::controller::{ApiFailure, ReconcileError, labelled, named_by};
+use tokio::sync::watch;
 
 pub const FIELD_MANAGER: &str = "clusternet/agent/serviceexport";
 /// mcs-api's condition: the export's Service can be exported.
@@ -71,8 +74,16 @@ pub struct ExportPlan {
     pub conflict: Condition,
 }
 
-/// The parent's copy of child slice `slice` of `export` (agent.md §5.1).
-pub fn exported_slice(export: &ServiceExport, slice: &EndpointSlice, parent_ns: &str) -> Value {
+/// The parent's copy of child slice `slice` of `export` (agent.md §5.1), labelled with the
+/// cluster it comes from as mcs-api says (`multicluster.kubernetes.io/source-cluster`: the
+/// cluster's `cluster.clusterset.k8s.io` ClusterProperty, KEP-2149), which every importing child's
+/// slices keep.
+pub fn exported_slice(
+    export: &ServiceExport,
+    slice: &EndpointSlice,
+    parent_ns: &str,
+    source_cluster: &str,
+) -> Value {
     let ns = export.namespace().unwrap_or_default();
     let name = export.name_any();
     let mut labels = BTreeMap::from([
@@ -87,6 +98,12 @@ pub fn exported_slice(export: &ServiceExport, slice: &EndpointSlice, parent_ns: 
             known::derived_service_name(&ns, &name),
         ),
     ]);
+    if !source_cluster.is_empty() {
+        labels.insert(
+            known::MCS_SOURCE_CLUSTER_LABEL.to_string(),
+            source_cluster.to_string(),
+        );
+    }
     if let Some(target) = export
         .labels()
         .get(known::CONFIG_SUBSCRIPTION_NAMESPACE_LABEL)
@@ -186,11 +203,12 @@ pub fn plan_export(
     sources: &[Arc<EndpointSlice>],
     exported: &[EndpointSlice],
     parent_ns: &str,
+    source_cluster: &str,
     now: Timestamp,
 ) -> ExportPlan {
     let wanted: Vec<Value> = sources
         .iter()
-        .map(|s| exported_slice(export, s, parent_ns))
+        .map(|s| exported_slice(export, s, parent_ns, source_cluster))
         .collect();
     let existing: Vec<&EndpointSlice> = exported.iter().collect();
     let (upserts, deletes) = apply::changes_by_name(wanted, &existing, same_slice);
@@ -280,11 +298,37 @@ struct Ctx {
     /// The dedicated namespace's EndpointSlices in the parent.
     parent: Api<EndpointSlice>,
     parent_ns: String,
+    cluster_id: String,
+    /// The child's ClusterProperties, as the agent last read them.
+    properties: watch::Receiver<Vec<ClusterPropertyValue>>,
+}
+
+impl Ctx {
+    /// The cluster's name in its ClusterSet: its `cluster.clusterset.k8s.io` ClusterProperty
+    /// (KEP-2149), or the cluster ID the agent writes there while the property is not (yet)
+    /// readable.
+    fn source_cluster(&self) -> String {
+        self.properties
+            .borrow()
+            .iter()
+            .find(|p| p.name == CLUSTER_ID_PROPERTY)
+            .map(|p| p.value.clone())
+            .unwrap_or_else(|| self.cluster_id.clone())
+    }
 }
 
 /// Exports until `stop` (one registration round: the parent client is that round's).
-/// Exports into `namespace` (the cluster's dedicated namespace) of the parent `parent`.
-pub async fn run(rt: &Runtime, parent: kube::Client, namespace: String, stop: CancellationToken) {
+/// Exports into `namespace` (the cluster's dedicated namespace) of the parent `parent`, as
+/// cluster `cluster_id` (`properties`: the child's ClusterProperties, for its name in the
+/// ClusterSet).
+pub async fn run(
+    rt: &Runtime,
+    parent: kube::Client,
+    namespace: String,
+    cluster_id: String,
+    properties: watch::Receiver<Vec<ClusterPropertyValue>>,
+    stop: CancellationToken,
+) {
     if !rt.config.gate(known::MULTI_CLUSTER_SERVICE) {
         return;
     }
@@ -298,6 +342,8 @@ pub async fn run(rt: &Runtime, parent: kube::Client, namespace: String, stop: Ca
         slices: slices.store.clone(),
         parent: Api::namespaced(parent.clone(), &namespace),
         parent_ns: namespace.clone(),
+        cluster_id,
+        properties,
     });
     // a slice or a Service names its export: same namespace, the Service's name
     let by_slice = named_by(slices.subscribe(), |s: &EndpointSlice| {
@@ -414,6 +460,7 @@ async fn reconcile(ctx: &Ctx, export: Arc<ServiceExport>) -> Result<Action, Expo
         &sources,
         &exported,
         &ctx.parent_ns,
+        &ctx.source_cluster(),
         Timestamp::now(),
     );
     for body in &plan.upserts {
@@ -504,9 +551,14 @@ mod tests {
     }
 
     #[test]
-    fn copies_are_named_and_labelled_as_upstream() {
+    fn copies_are_named_and_labelled_as_upstream_and_mcs_api() {
         let e = export(json!({"apps.clusternet.io/subs.namespace": "default"}));
-        let b = exported_slice(&e, &slice("nginx-svc-abcde", &["10.0.0.1"]), "clusternet-x");
+        let b = exported_slice(
+            &e,
+            &slice("nginx-svc-abcde", &["10.0.0.1"]),
+            "clusternet-x",
+            "id-1",
+        );
         assert_eq!(b["metadata"]["name"], "baz-nginx-svc-abcde");
         assert_eq!(b["metadata"]["namespace"], "clusternet-x");
         assert_eq!(
@@ -517,6 +569,7 @@ mod tests {
                 "clusternet.io/created-by": "clusternet-agent",
                 "kubernetes.io/service-name": known::derived_service_name("baz", "nginx-svc"),
                 "apps.clusternet.io/subs.namespace": "default",
+                "multicluster.kubernetes.io/source-cluster": "id-1",
             })
         );
         assert_eq!(b["endpoints"][0]["addresses"], json!(["10.0.0.1"]));
@@ -529,7 +582,7 @@ mod tests {
         let sources = vec![slice("a", &["10.0.0.1"]), slice("b", &["10.0.0.2"])];
         let now = Timestamp::now();
         // nothing in the parent yet: both copied
-        let plan = plan_export(&e, Some(&service()), &sources, &[], "p", now);
+        let plan = plan_export(&e, Some(&service()), &sources, &[], "p", "id-1", now);
         assert_eq!(plan.upserts.len(), 2);
         assert!(plan.deletes.is_empty());
         assert_eq!(plan.valid.status, "True");
@@ -540,14 +593,14 @@ mod tests {
         );
         // both in place: nothing to write
         let in_parent: Vec<EndpointSlice> = plan.upserts.iter().map(stored).collect();
-        let plan = plan_export(&e, Some(&service()), &sources, &in_parent, "p", now);
+        let plan = plan_export(&e, Some(&service()), &sources, &in_parent, "p", "id-1", now);
         assert!(
             plan.upserts.is_empty() && plan.deletes.is_empty(),
             "{plan:?}"
         );
         // one scaled, one gone
         let sources = vec![slice("a", &["10.0.0.1", "10.0.0.3"])];
-        let plan = plan_export(&e, Some(&service()), &sources, &in_parent, "p", now);
+        let plan = plan_export(&e, Some(&service()), &sources, &in_parent, "p", "id-1", now);
         assert_eq!(plan.upserts.len(), 1);
         assert_eq!(plan.upserts[0]["metadata"]["name"], "baz-a");
         assert_eq!(plan.deletes, vec!["baz-b".to_string()]);
@@ -569,7 +622,15 @@ mod tests {
             c.message
         );
         // the slices are still copied (upstream does), only not imported
-        let plan = plan_export(&unlabelled, Some(&service()), &sources, &[], "p", now);
+        let plan = plan_export(
+            &unlabelled,
+            Some(&service()),
+            &sources,
+            &[],
+            "p",
+            "id-1",
+            now,
+        );
         assert_eq!(plan.upserts.len(), 1);
         assert!(
             plan.upserts[0]["metadata"]["labels"]
@@ -595,7 +656,7 @@ mod tests {
         let sources = vec![slice("a", &["10.0.0.1"])];
         let now = Timestamp::now();
         let in_parent: Vec<EndpointSlice> =
-            plan_export(&labelled, Some(&service()), &sources, &[], "p", now)
+            plan_export(&labelled, Some(&service()), &sources, &[], "p", "id-1", now)
                 .upserts
                 .iter()
                 .map(stored)
@@ -607,6 +668,7 @@ mod tests {
             &sources,
             &in_parent,
             "p",
+            "id-1",
             now,
         );
         assert_eq!(
@@ -620,7 +682,7 @@ mod tests {
     fn conflicts_marked_by_the_parent_become_the_conflict_condition() {
         let e = export(json!({"apps.clusternet.io/subs.namespace": "default"}));
         let now = Timestamp::now();
-        let mut copy = stored(&exported_slice(&e, &slice("a", &["10.0.0.1"]), "p"));
+        let mut copy = stored(&exported_slice(&e, &slice("a", &["10.0.0.1"]), "p", "id-1"));
         let c = conflict_condition(&e, std::slice::from_ref(&copy), now);
         assert_eq!(
             (c.status.as_str(), c.reason.as_str()),
