@@ -31,6 +31,10 @@ pub struct Target {
     pub host: String,
     /// Path on the target, starting with `/`.
     pub path: String,
+    /// The cluster's own API server (`direct/...`): the only target the hub ever sends the
+    /// cluster's credentials to (hub.md §2.3.1); `<scheme>/<host:port>/...` reaches any address
+    /// the agent can dial, whose listener must never see them.
+    pub api_server: bool,
 }
 
 /// Parses the `{path}` of `sockets/<id>/proxy/{path}` (upstream `exchanger.ClusterLocation`):
@@ -57,6 +61,7 @@ pub fn target(proxy_path: &str, apiserver_url: &str) -> Result<Target, ApiError>
             authority: join_host_port(&host, port),
             host,
             path: format!("{base}/{rest}"),
+            api_server: true,
         });
     }
     let https = match first {
@@ -90,6 +95,7 @@ pub fn target(proxy_path: &str, apiserver_url: &str) -> Result<Target, ApiError>
         authority: join_host_port(&host, port),
         host,
         path: format!("/{path}"),
+        api_server: false,
     })
 }
 
@@ -381,7 +387,7 @@ async fn proxy(
     let status = cluster.status.clone().unwrap_or_default();
     let target = target(proxy_path, &status.apiserver_url)?;
     let identity = match child_identity(&user.extra)? {
-        id if id.is_empty() && goes_to_the_api_server(proxy_path) => {
+        id if id.is_empty() && target.api_server => {
             as_the_caller(hub, &cluster, user).await.unwrap_or(id)
         }
         id => id,
@@ -426,13 +432,6 @@ async fn proxy(
     let what = format!("{cluster_id} {}", target.authority);
     let body = limits::idle_limited(boxed(body), idle, what, watch_guard);
     Ok(Response::from_parts(parts, body))
-}
-
-/// Whether a proxy path goes to the cluster's own API server (`direct/...`), the only target
-/// the hub ever sends the cluster's credentials to: `<scheme>/<host:port>/...` reaches any
-/// address the agent can dial, whose listener must never see them.
-pub fn goes_to_the_api_server(proxy_path: &str) -> bool {
-    proxy_path.trim_start_matches('/').split('/').next() == Some("direct")
 }
 
 /// A request to the child's API server that hands over no child credentials (hub.md §2.3.1):
@@ -581,12 +580,13 @@ mod tests {
 
     #[test]
     fn only_the_api_server_gets_the_clusters_credentials() {
-        assert!(goes_to_the_api_server("direct/api/v1/namespaces"));
-        assert!(goes_to_the_api_server("/direct"));
-        assert!(!goes_to_the_api_server("http/127.0.0.1:8080/api"));
-        assert!(!goes_to_the_api_server("https/direct:443/api"));
-        assert!(!goes_to_the_api_server("directly/x"));
-        assert!(!goes_to_the_api_server(""));
+        let api_server = |path: &str| target(path, "https://10.0.0.1:6443").map(|t| t.api_server);
+        assert_eq!(api_server("direct/api/v1/namespaces"), Ok(true));
+        assert_eq!(api_server("/direct"), Ok(true));
+        assert_eq!(api_server("http/127.0.0.1:8080/api"), Ok(false));
+        assert_eq!(api_server("https/direct:443/api"), Ok(false));
+        assert!(api_server("directly/x").is_err());
+        assert!(api_server("").is_err());
     }
 
     #[test]
@@ -642,7 +642,8 @@ mod tests {
                 https: true,
                 authority: "10.0.0.1:6443".into(),
                 host: "10.0.0.1".into(),
-                path: "/api/v1/pods".into()
+                path: "/api/v1/pods".into(),
+                api_server: true,
             }
         );
         let t = target("/direct/version", "https://k8s.example.com/prefix/").unwrap();
